@@ -1,0 +1,1 @@
+"""Calibration: public-figure profile fits (here) and torch microbenchmarks (planner calibrate)."""

@@ -1,0 +1,168 @@
+"""Fit the default calibration profile of every shipped accelerator from public measurements.
+
+    python -m calibration.fit_public_profiles      # writes calibration/profiles/<accelerator>.json
+
+Inputs are the public figures transcribed in shared/reference/hardware.md, repeated below with
+their sources so the fit is reproducible from this repository alone. No validation case is used.
+
+* GEMM: Maximum Achievable Matmul FLOPS (stas00/ml-engineering, compute/accelerator/README.md):
+  eta_max = MAMF / peak / s(M) s(N) s(K) at the best shape, s(d) = d / (d + dim_half).
+* Attention: FlashAttention-2 on A100 (Dao 2023, arXiv 2307.08691, Figs. 4-6), causal, d=128,
+  fwd and bwd TFLOP/s over sequence length: eta_max and seq_half fitted by least squares
+  (scipy.optimize.curve_fit). Hopper uses FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608)
+  16k figures with the A100 seq_half; Blackwell scales Hopper by the measured FA4-on-B200 over
+  FA3-on-H200 attention speed-up (1.88x at 8k, ml-engineering insights/when-to-upgrade-gpus).
+* Collectives: ring all-reduce busbw at 16 GiB / NVLink spec (ml-engineering network/README.md:
+  A100 234.89 of 300, H200 ring 367.2 of 450, B200 ring-only 682.2 of 900, MI300X 312.9 of 448);
+  NIC efficiency 47/50 from the NVIDIA maintainer's "46-48 GB/s per NDR NIC" (nccl-tests #290);
+  hierarchical overlap fitted to the 4-node B200 all-reduce (4 GiB: 22.05 ms, 1 node 740.64
+  GB/s busbw); NCCL base latency 8.4 us (tuning.cc baseLat Ring/Simple).
+* Memory-bound kernels: 0.85 of HBM peak, the low end of the 85-92% streaming ceiling noted in
+  hardware.md B8 (weakly sourced; replaced by measurement in `planner calibrate`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import brentq, curve_fit
+
+from planner.profile import (
+    PROFILES_DIR,
+    AttentionEfficiency,
+    CalibrationProfile,
+    CommEfficiency,
+    GemmEfficiency,
+    MemoryEfficiency,
+)
+from planner.specs.loading import ACCELERATORS_DIR, load_accelerator, shipped_ids
+
+DIM_HALF = 64.0  # GEMM dimension at half efficiency: half a 128-wide tile (assumption)
+GEMM_FIXED_US = 4.0  # launch + wave tail per GEMM kernel (assumption)
+MEM_FIXED_US = 3.0  # launch per memory-bound kernel (assumption)
+ETA_HBM = 0.85
+NCCL_BASE_LATENCY_US = 8.4
+NIC_ETA = 47.0 / 50.0
+
+# MAMF (TFLOP/s, best shape M x N x K), ml-engineering MAMF tables (hardware.md B1).
+MAMF = {
+    "a100": {"bf16": (271.2, (1024, 10240, 5120))},
+    "h100": {"bf16": (794.5, (2048, 2048, 13312)), "fp8": (1402.6, (1024, 9216, 14336))},
+    "h200": {"bf16": (794.5, (2048, 2048, 13312)), "fp8": (1453.4, (1280, 4096, 12032))},
+    "b200": {"bf16": (1745.0, (1792, 16128, 3072)), "fp8": (3432.5, (15360, 4096, 3072))},
+    "gb200": {"bf16": (1822.0, (4096, 9728, 2048)), "fp8": (3615.6, (19456, 5120, 1536))},
+    "b300": {"bf16": (1769.0, (12288, 18432, 1024)), "fp8": (3353.3, (3072, 6144, 7168))},
+    "mi300x": {"bf16": (668.4, (10240, 15360, 8192))},
+}
+# which measured family each shipped accelerator borrows (same silicon or closest measured)
+FAMILY = {
+    "a100-sxm4-40gb": "a100", "a100-sxm4-80gb": "a100", "h100-sxm5-80gb": "h100",
+    "h100-sxm5-96gb": "h100", "h800-sxm-80gb": "h100", "h200-sxm-141gb": "h200", "b200": "b200",
+    "gb200": "gb200", "b300": "b300", "gb300": "gb200", "mi300x": "mi300x",
+}
+# FlashAttention-2, A100 80GB, causal, head_dim 128, TFLOP/s (hardware.md B7)
+FA2_SEQ = np.array([512, 1024, 2048, 4096, 8192, 16384], dtype=float)
+FA2_FWD = np.array([108, 126, 133, 148, 148, 148], dtype=float)
+FA2_BWD = np.array([90, 122, 145, 165, 175, 186], dtype=float)
+A100_PEAK = 312.0
+# FlashAttention-3, H100, FP16, causal d=128 fwd 616; non-causal d=128 bwd 561 TFLOP/s at 16k.
+FA3_FWD_16K, FA3_BWD_16K, H100_PEAK = 616.0, 561.0, 989.0
+BLACKWELL_ATTN_SPEEDUP = 1.88  # FA4 on B200 / FA3 on H200, attention fwd+bwd at 8k
+# Ring all-reduce busbw / NVLink spec at 16 GiB (hardware.md B4)
+SCALE_UP_ETA = {"a100": 234.89 / 300, "h100": 367.2 / 450, "h200": 367.2 / 450,
+                "b200": 682.2 / 900, "gb200": 682.2 / 900, "b300": 682.2 / 900,
+                "mi300x": 312.9 / 448}
+
+
+def _shape(dims: tuple[int, int, int]) -> float:
+    return float(np.prod([d / (d + DIM_HALF) for d in dims]))
+
+
+def _saturating(s: np.ndarray, eta: float, half: float) -> np.ndarray:
+    return eta * s / (s + half)
+
+
+def fit_attention() -> tuple[float, float, float]:
+    """(eta_fwd, eta_bwd, seq_half) on A100 from the FlashAttention-2 causal d=128 curves."""
+    (ef, hf), _ = curve_fit(_saturating, FA2_SEQ, FA2_FWD / A100_PEAK, p0=(0.5, 300.0))
+    (eb, hb), _ = curve_fit(_saturating, FA2_SEQ, FA2_BWD / A100_PEAK, p0=(0.6, 300.0))
+    return float(ef), float(eb), float((hf + hb) / 2)
+
+
+def fit_hierarchical_overlap() -> float:
+    """Fraction of the shorter phase hidden, from the 4-node x 8 B200 all-reduce of 4 GiB."""
+    size = 4 * 2**30
+    intra = 2 * 7 / 8 * size / 740.64e9  # one-node measured busbw
+    inter = 2 * 3 / 4 * (size / 8) / (50e9 * NIC_ETA)
+    measured = 22.05e-3
+    return float(np.clip(brentq(lambda f: intra + inter - f * min(intra, inter) - measured,
+                                -5, 5), 0.0, 1.0))
+
+
+def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: float) -> dict:
+    accel = load_accelerator(accel_id)
+    fam = FAMILY[accel_id]
+    eta = {}
+    raw = {"mamf": {}}
+    for prec, (tflops, dims) in MAMF[fam].items():
+        peak = getattr(accel.peak_tflops, prec) or accel.peak_tflops.fp16
+        fam_peak = {"a100": 312, "h100": 989, "h200": 989, "b200": 2250, "gb200": 2500,
+                    "b300": 2250, "mi300x": 1307.4}[fam] * (2 if prec == "fp8" else 1)
+        eta[prec] = min(0.99, tflops / fam_peak / _shape(dims))
+        raw["mamf"][prec] = {"tflops": tflops, "shape": list(dims), "family_peak": fam_peak,
+                             "accelerator_peak": peak}
+    ef, eb, half = attn
+    if fam in ("h100", "h200"):
+        ef, eb = FA3_FWD_16K / H100_PEAK / _saturating(16384, 1, half), FA3_BWD_16K / H100_PEAK / (
+            16384 / (16384 + half))
+    elif fam in ("b200", "gb200", "b300"):
+        h_ef = FA3_FWD_16K / H100_PEAK / (16384 / (16384 + half))
+        h_eb = FA3_BWD_16K / H100_PEAK / (16384 / (16384 + half))
+        scale = BLACKWELL_ATTN_SPEEDUP * H100_PEAK / accel.peak_tflops.fp16
+        ef, eb = h_ef * scale, h_eb * scale
+    elif fam == "mi300x":
+        ratio = eta["bf16"] / (MAMF["a100"]["bf16"][0] / 312 / _shape(MAMF["a100"]["bf16"][1]))
+        ef, eb = ef * ratio, eb * ratio
+    profile = CalibrationProfile(
+        id=accel_id,
+        accelerator=accel_id,
+        method="fitted from public figures by calibration/fit_public_profiles.py",
+        gemm=GemmEfficiency(eta_max={k: round(v, 4) for k, v in eta.items()},
+                            dim_half=DIM_HALF, fixed_us=GEMM_FIXED_US),
+        attention=AttentionEfficiency(eta_max_fwd=round(min(ef, 1.0), 4),
+                                      eta_max_bwd=round(min(eb, 1.0), 4),
+                                      seq_half=round(half, 1)),
+        memory=MemoryEfficiency(eta_hbm=ETA_HBM, fixed_us=MEM_FIXED_US),
+        comm=CommEfficiency(scale_up_eta=round(SCALE_UP_ETA[fam], 4), scale_out_eta=NIC_ETA,
+                            base_latency_us=NCCL_BASE_LATENCY_US,
+                            hierarchical_overlap=round(overlap, 4)),
+        sources=[
+            "GEMM: stas00/ml-engineering compute/accelerator/README.md MAMF tables",
+            "attention: FlashAttention-2 (arXiv 2307.08691) Figs. 4-6; FlashAttention-3 "
+            "(arXiv 2407.08608); ml-engineering insights/when-to-upgrade-gpus",
+            "collectives: ml-engineering network/README.md; NVIDIA/nccl-tests #290; "
+            "NVIDIA/nccl src/graph/tuning.cc",
+            "memory: shared/reference/hardware.md B8 (85-92% streaming ceiling, weakly sourced)",
+        ],
+        raw=raw | {"measured_family": fam},
+    )
+    return profile.model_dump()
+
+
+def main() -> None:
+    attn = fit_attention()
+    overlap = fit_hierarchical_overlap()
+    PROFILES_DIR.mkdir(parents=True, exist_ok=True)
+    for accel_id in shipped_ids(ACCELERATORS_DIR):
+        data = build_profile(accel_id, attn, overlap)
+        path = Path(PROFILES_DIR) / f"{accel_id}.json"
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        g = data["gemm"]["eta_max"]
+        print(f"{accel_id:16} gemm {g}  attn fwd/bwd {data['attention']['eta_max_fwd']:.3f}/"
+              f"{data['attention']['eta_max_bwd']:.3f}  up {data['comm']['scale_up_eta']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""scaling-planner: predict step time, tokens/s, MFU and memory of LLM training layouts.
+
+>>> import planner
+>>> model = planner.load_model("llama3.1-8b")
+>>> cluster = planner.load_cluster("dgx-h100")
+>>> layout = planner.Layout(tp=1, pp=1, dp=8)
+>>> training = planner.Training(seq_len=8192, global_batch=64, micro_batch=1)
+>>> report = planner.simulate(model, cluster, layout, training)
+>>> report.tokens_per_s_per_gpu > 0
+True
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from planner.errors import PlannerError
+from planner.legality import check_layout
+from planner.profile import CalibrationProfile, load_profile
+from planner.report import MFU_CONVENTION, StepReport
+from planner.simulate import simulate_step
+from planner.specs import (
+    AcceleratorSpec,
+    Cluster,
+    ClusterSpec,
+    Layout,
+    ModelSpec,
+    Training,
+    load_accelerator,
+    load_cluster,
+    load_model,
+)
+
+__version__ = "0.1.0"
+
+
+@lru_cache(maxsize=64)
+def _cached_profile(id_or_path: str) -> CalibrationProfile:
+    return load_profile(id_or_path)
+
+
+def default_profile(cluster: Cluster) -> CalibrationProfile:
+    """The cluster's named profile, else its accelerator's default (public-figure) profile."""
+    return _cached_profile(cluster.spec.profile or cluster.accelerator.profile)
+
+
+def simulate(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training,
+             profile: CalibrationProfile | str | Path | None = None) -> StepReport:
+    """Predict one training step; ``profile`` defaults to the cluster's calibration profile."""
+    if profile is None:
+        prof = default_profile(cluster)
+    elif isinstance(profile, CalibrationProfile):
+        prof = profile
+    else:
+        prof = _cached_profile(str(profile))
+    return simulate_step(model, cluster, layout, training, prof)
+
+
+__all__ = [
+    "MFU_CONVENTION", "AcceleratorSpec", "CalibrationProfile", "Cluster", "ClusterSpec",
+    "Layout", "ModelSpec", "PlannerError", "StepReport", "Training", "check_layout",
+    "default_profile", "load_accelerator", "load_cluster", "load_model", "load_profile",
+    "simulate",
+]

@@ -1,0 +1,1 @@
+"""Cost model, one module per concern: flops, elementwise, compute, memory, comms, pipeline."""

@@ -1,0 +1,144 @@
+"""Collective communication: where each process group sits and what its collectives cost.
+
+Placement. Ranks are laid out TP innermost, then CP, then DP, then PP (Megatron-Core order);
+a group of ``size`` ranks spaced ``stride`` apart has ``per_domain`` members inside one
+scale-up domain (NVLink) and spans ``domains`` domains.
+
+Cost. Alpha-beta with the nccl-tests bus-bandwidth factors (NVIDIA/nccl-tests doc/PERFORMANCE.md):
+all-reduce moves 2(n-1)/n of the buffer per rank, all-gather / reduce-scatter / all-to-all (n-1)/n.
+A group that spans domains runs hierarchically (intra-domain phase on NVLink, inter-domain phase
+on the NIC carrying 1/per_domain of the buffer; ml-engineering "Inter-node speed depends on
+intra-node speed"; jax-ml scaling-book gpus.md), the two phases partly pipelined.
+Latency follows NCCL's model (src/graph/tuning.cc): a base latency plus a per-step hardware
+latency, ring steps inside a domain and tree steps (2 log2 k) across domains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.profile import CalibrationProfile
+from planner.specs.hardware import Cluster
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """How a process group maps onto the hierarchy."""
+
+    size: int
+    per_domain: int  # members inside one scale-up domain
+    domains: int  # scale-up domains the group spans
+
+    @property
+    def spans_domains(self) -> bool:
+        return self.domains > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    """Achieved bandwidths and latencies of one cluster under one profile."""
+
+    up_bytes_per_s: float
+    out_bytes_per_s: float
+    up_latency_s: float
+    out_latency_s: float
+    base_latency_s: float
+    hierarchical_overlap: float
+    domain_gpus: int
+
+
+def make_fabric(cluster: Cluster, profile: CalibrationProfile) -> Fabric:
+    """Bind a cluster's links to a profile's achieved-bandwidth fractions."""
+    s = cluster.spec
+    return Fabric(
+        up_bytes_per_s=s.scale_up_bandwidth_gb_per_s * 1e9 * profile.comm.scale_up_eta,
+        out_bytes_per_s=s.scale_out_bandwidth_gb_per_s * 1e9 * profile.comm.scale_out_eta,
+        up_latency_s=s.scale_up_latency_us * 1e-6,
+        out_latency_s=s.scale_out_latency_us * 1e-6,
+        base_latency_s=profile.comm.base_latency_us * 1e-6,
+        hierarchical_overlap=profile.comm.hierarchical_overlap,
+        domain_gpus=s.scale_up_domain_gpus,
+    )
+
+
+def place(size: int, stride: int, domain_gpus: int) -> Placement:
+    """Placement of a group of ``size`` ranks spaced ``stride`` apart (rank order TP-CP-DP-PP)."""
+    if size <= 1:
+        return Placement(1, 1, 1)
+    if stride >= domain_gpus:
+        per = 1
+    else:
+        per = max(1, min(size, domain_gpus // stride))
+    return Placement(size, per, math.ceil(size / per))
+
+
+def _factor(kind: Collective, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if kind == "send_recv":
+        return 1.0
+    return (n - 1) / n
+
+
+def _steps(kind: Collective, n: int) -> int:
+    return 2 * (n - 1) if kind == "all_reduce" else max(n - 1, 1)
+
+
+def collective_time_s(kind: Collective, buffer_bytes: float, where: Placement,
+                      fabric: Fabric) -> float:
+    """Seconds for one collective over ``buffer_bytes`` (the full, unsharded array).
+
+    ``all_to_all`` buffers are the bytes one rank sends in total; ``send_recv`` the message.
+    """
+    if where.size <= 1 or buffer_bytes <= 0:
+        return 0.0
+    g, k = where.per_domain, where.domains
+    if kind == "all_to_all":
+        # every rank sends (n-1)/n of its buffer; the share bound for other domains uses the NIC
+        n = where.size
+        intra = buffer_bytes * (g - 1) / n / fabric.up_bytes_per_s
+        inter = buffer_bytes * (n - g) / n / fabric.out_bytes_per_s if k > 1 else 0.0
+        lat = fabric.base_latency_s + (fabric.out_latency_s if k > 1 else fabric.up_latency_s)
+        return max(intra, inter) + lat
+    if kind == "send_recv":
+        bw = fabric.out_bytes_per_s if k > 1 else fabric.up_bytes_per_s
+        lat = fabric.out_latency_s if k > 1 else fabric.up_latency_s
+        return buffer_bytes / bw + lat
+    intra = _factor(kind, g) * buffer_bytes / fabric.up_bytes_per_s
+    intra_lat = _steps(kind, g) * fabric.up_latency_s if g > 1 else 0.0
+    if k == 1:
+        return fabric.base_latency_s + intra_lat + intra
+    inter = _factor(kind, k) * (buffer_bytes / g) / fabric.out_bytes_per_s
+    inter_lat = 2 * math.log2(k) * fabric.out_latency_s
+    hidden = fabric.hierarchical_overlap * min(intra, inter)
+    return fabric.base_latency_s + intra_lat + inter_lat + intra + inter - hidden
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """Placements of every parallel group of a layout."""
+
+    tp: Placement
+    cp: Placement
+    dp: Placement
+    dp_cp: Placement  # gradient / ZeRO sharding group (DP x CP)
+    ep: Placement
+    pp: Placement
+
+
+def place_groups(tp: int, cp: int, dp: int, pp: int, ep: int, domain_gpus: int) -> Groups:
+    """Place all groups for rank order TP (innermost), CP, DP, PP; EP is carved out of DP x CP."""
+    return Groups(
+        tp=place(tp, 1, domain_gpus),
+        cp=place(cp, tp, domain_gpus),
+        dp=place(dp, tp * cp, domain_gpus),
+        dp_cp=place(dp * cp, tp, domain_gpus),
+        ep=place(ep, tp, domain_gpus),
+        pp=place(pp, tp * cp * dp, domain_gpus),
+    )

@@ -1,0 +1,93 @@
+"""Compute time: roofline with efficiencies from a calibration profile.
+
+time = max(FLOPs / (peak x eta_flops(shape)), bytes / (HBM bandwidth x eta_mem)) + fixed overhead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.costs.elementwise import ElementwiseWork
+from planner.costs.flops import Gemm
+from planner.profile import CalibrationProfile
+from planner.specs.hardware import AcceleratorSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What the compute model needs to know about one GPU under one profile and precision."""
+
+    gemm_peak_flops: float  # FLOP/s for the training precision's GEMMs
+    bf16_peak_flops: float  # FLOP/s for bf16 work (attention, logits, router)
+    hbm_bytes_per_s: float  # achieved HBM bandwidth for memory-bound kernels
+    gemm_eta: float  # large-GEMM efficiency at the training precision
+    bf16_gemm_eta: float
+    dim_half: float
+    gemm_fixed_s: float
+    mem_fixed_s: float
+    attn_eta_fwd: float
+    attn_eta_bwd: float
+    attn_seq_half: float
+    gemm_in_bytes: float  # bytes per GEMM input element (1 for fp8)
+
+
+def make_device(accel: AcceleratorSpec, profile: CalibrationProfile, precision: str) -> Device:
+    """Bind an accelerator and a profile for one training precision."""
+    bf16_peak = accel.peak_flops_per_s("bf16")
+    gemm_peak = accel.peak_flops_per_s(precision)
+    return Device(
+        gemm_peak_flops=gemm_peak,
+        bf16_peak_flops=bf16_peak,
+        hbm_bytes_per_s=accel.hbm_bandwidth_tb_per_s * 1e12 * profile.memory.eta_hbm,
+        gemm_eta=profile.gemm_eta_max(precision),
+        bf16_gemm_eta=profile.gemm_eta_max("bf16"),
+        dim_half=profile.gemm.dim_half,
+        gemm_fixed_s=profile.gemm.fixed_us * 1e-6,
+        mem_fixed_s=profile.memory.fixed_us * 1e-6,
+        attn_eta_fwd=profile.attention.eta_max_fwd,
+        attn_eta_bwd=profile.attention.eta_max_bwd,
+        attn_seq_half=profile.attention.seq_half,
+        gemm_in_bytes=1.0 if precision == "fp8" else 2.0,
+    )
+
+
+def gemm_time_s(m: float, n: float, k: float, dev: Device, low_precision: bool = True) -> float:
+    """Seconds for one (m x k) @ (k x n) GEMM."""
+    dh = dev.dim_half
+    shape = (m / (m + dh)) * (n / (n + dh)) * (k / (k + dh))
+    if low_precision:
+        peak, eta, in_bytes = dev.gemm_peak_flops, dev.gemm_eta, dev.gemm_in_bytes
+    else:
+        peak, eta, in_bytes = dev.bf16_peak_flops, dev.bf16_gemm_eta, 2.0
+    t_flops = 2.0 * m * n * k / (peak * eta * shape)
+    t_bytes = ((m * k + k * n) * in_bytes + m * n * 2.0) / dev.hbm_bytes_per_s
+    return max(t_flops, t_bytes) + dev.gemm_fixed_s
+
+
+def gemms_time_s(gemms: tuple[Gemm, ...], dev: Device) -> tuple[float, float]:
+    """(forward, backward) seconds of a list of GEMMs; backward = data and weight gradients."""
+    fwd = bwd = 0.0
+    for g in gemms:
+        low = g.name not in ("router", "logits")
+        c = g.count
+        fwd += c * gemm_time_s(g.m, g.n, g.k, dev, low)
+        bwd += c * (gemm_time_s(g.m, g.k, g.n, dev, low) + gemm_time_s(g.k, g.n, g.m, dev, low))
+    return fwd, bwd
+
+
+def attention_time_s(hw_fwd_flops: float, seq_len: float, dev: Device) -> tuple[float, float]:
+    """(forward, backward) seconds of the fused attention core (bf16)."""
+    if hw_fwd_flops <= 0:
+        return 0.0, 0.0
+    sat = seq_len / (seq_len + dev.attn_seq_half)
+    fwd = hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_fwd * sat)
+    bwd = 2.5 * hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_bwd * sat)
+    return fwd, bwd
+
+
+def memory_bound_time_s(work: ElementwiseWork, dev: Device, backward_factor: float) -> tuple[
+        float, float]:
+    """(forward, backward) seconds of memory-bound kernels."""
+    fwd = work.fwd_bytes / dev.hbm_bytes_per_s + work.fwd_kernels * dev.mem_fixed_s
+    bwd = backward_factor * fwd
+    return fwd, bwd

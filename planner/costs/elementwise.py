@@ -1,0 +1,77 @@
+"""Memory-bound work of one layer: bytes moved through HBM by norms, activations, residual adds,
+rotary embeddings, MoE token permutation and FP8 casts, and the kernel count that pays a fixed
+launch cost. The backward pass moves about twice the forward bytes (it reads the saved input and
+the incoming gradient, and writes the outgoing gradient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.costs.flops import Gemm
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+
+ACT_BYTES = 2  # bf16/fp16 activations
+BACKWARD_BYTES_FACTOR = 2.0
+FP8_CAST_BYTES_PER_ELEMENT = ACT_BYTES + 2  # read bf16, write fp8 and its transpose (TE)
+
+
+@dataclass(frozen=True, slots=True)
+class ElementwiseWork:
+    """Forward HBM bytes and kernel launches of the memory-bound ops of one layer."""
+
+    fwd_bytes: float
+    fwd_kernels: float
+
+
+def layer_elementwise(model: ModelSpec, layout: Layout, tokens: float, moe: bool,
+                      gemms: tuple[Gemm, ...], fp8: bool) -> ElementwiseWork:
+    """Memory-bound forward work of one layer on one GPU for ``tokens`` tokens.
+
+    Norms and residual adds run on the full hidden state, replicated over TP unless sequence
+    parallelism splits them (Korthikanti et al. 2022, section 4.2.2).
+    """
+    h = model.hidden
+    tp = layout.tp
+    seq_split = tp if layout.sequence_parallel else 1
+    # two norms (read + write) and two residual adds (read 2, write 1)
+    hidden_bytes = tokens * h * ACT_BYTES * (2 * 2 + 2 * 3) / seq_split
+    kernels = 4.0
+    if moe and model.moe is not None:
+        ffn_tokens = tokens * model.moe.top_k
+        ffn = model.moe.expert_ffn_hidden
+        # dispatch and combine permutations copy each routed token twice (read + write)
+        hidden_bytes += 2 * 2 * ffn_tokens * h * ACT_BYTES
+        kernels += 6.0
+    else:
+        ffn_tokens, ffn = tokens, model.ffn_hidden
+    if model.gated:
+        act_bytes = 3 * ffn_tokens * ffn / tp * ACT_BYTES  # read gate and up, write product
+    else:
+        act_bytes = 2 * ffn_tokens * ffn / tp * ACT_BYTES
+    kernels += 1
+    rope_bytes = 0.0
+    if not model.learned_position_embeddings:
+        rope_bytes = 2 * tokens * (model.q_dim + model.kv_dim) / tp * ACT_BYTES
+        kernels += 1
+    cast_bytes = 0.0
+    if fp8:
+        cast_bytes = sum(g.m * g.k * g.count for g in gemms if g.name != "router")
+        cast_bytes *= FP8_CAST_BYTES_PER_ELEMENT
+        kernels += len(gemms)
+    return ElementwiseWork(hidden_bytes + act_bytes + rope_bytes + cast_bytes, kernels)
+
+
+def logits_loss_bytes(model: ModelSpec, layout: Layout, tokens: float) -> float:
+    """Forward bytes of softmax + cross-entropy over the TP-split vocabulary (fp32 math)."""
+    return tokens * model.vocab / layout.tp * (ACT_BYTES + 4 + 4)
+
+
+def adam_bytes_per_param() -> float:
+    """HBM bytes of one fused mixed-precision AdamW update per parameter.
+
+    Reads fp32 master weight, fp32 gradient and two fp32 moments (16 B), writes master and
+    moments (12 B) and the bf16 model copy (2 B), plus the gradient-norm read for clipping (4 B).
+    """
+    return 16 + 12 + 2 + 4

@@ -1,0 +1,160 @@
+"""FLOPs of one transformer layer, per GPU and micro-batch, as a list of GEMMs and attention.
+
+Forward FLOPs of a GEMM (m x k) @ (k x n) are 2mnk; its backward is two GEMMs of the same size
+(data and weight gradients), i.e. 2x forward (Narayanan et al. 2021, section 5.1). Attention core
+forward is 2 * tokens * context * heads * (d_qk + d_v); causal masking halves the work a fused
+kernel does (FlashAttention skips masked blocks); its backward is 2.5x forward in the
+FlashAttention-2 FLOP convention (the kernel recomputes P).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """One forward GEMM of shape (m x k) @ (k x n), repeated ``count`` times (grouped experts)."""
+
+    name: str
+    m: float
+    n: float
+    k: float
+    count: float = 1.0
+
+    @property
+    def flops(self) -> float:
+        """Forward FLOPs of all ``count`` GEMMs."""
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class LayerFlops:
+    """Forward work of one layer kind on one GPU for one micro-batch."""
+
+    gemms: tuple[Gemm, ...]
+    attention_fwd_flops: float  # hardware FLOPs (causal half counted)
+    attention_model_fwd_flops: float  # MFU convention (no causal discount)
+
+    @property
+    def gemm_fwd_flops(self) -> float:
+        return sum(g.flops for g in self.gemms)
+
+
+def tokens_per_gpu(layout: Layout, training: Training) -> float:
+    """Tokens one GPU's layer sees per micro-batch (the sequence is split over CP)."""
+    return training.micro_batch * training.seq_len / layout.cp
+
+
+def attention_gemms(model: ModelSpec, tp: int, tokens: float) -> list[Gemm]:
+    """Projection GEMMs of the token mixer (MHA/GQA or MLA), TP-split as Megatron does."""
+    h = model.hidden
+    if model.mla is None:
+        return [
+            Gemm("qkv", tokens, (model.q_dim + 2 * model.kv_dim) / tp, h),
+            Gemm("attn_out", tokens, h, model.v_dim / tp),
+        ]
+    m = model.mla
+    qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+    gemms = []
+    if m.q_lora_rank:
+        gemms += [
+            Gemm("q_down", tokens, m.q_lora_rank, h),
+            Gemm("q_up", tokens, model.heads * qk_head / tp, m.q_lora_rank),
+        ]
+    else:
+        gemms.append(Gemm("q_proj", tokens, model.heads * qk_head / tp, h))
+    gemms += [
+        Gemm("kv_down", tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
+        Gemm("kv_up", tokens, model.heads * (m.qk_nope_head_dim + m.v_head_dim) / tp,
+             m.kv_lora_rank),
+        Gemm("attn_out", tokens, h, model.v_dim / tp),
+    ]
+    return gemms
+
+
+def mlp_gemms(model: ModelSpec, ffn: float, tp: int, tokens: float, name: str = "mlp",
+              count: float = 1.0) -> list[Gemm]:
+    """fc1 (gate and up fused when gated) and fc2 of an MLP of width ``ffn``."""
+    up = ffn * (2 if model.gated else 1)
+    return [
+        Gemm(f"{name}_fc1", tokens, up / tp, model.hidden, count),
+        Gemm(f"{name}_fc2", tokens, model.hidden, ffn / tp, count),
+    ]
+
+
+def moe_gemms(model: ModelSpec, layout: Layout, tokens: float) -> list[Gemm]:
+    """Router, routed experts (grouped GEMM, balanced load) and shared experts of one MoE layer.
+
+    Each EP rank holds experts/ep experts and, with balanced routing, receives tokens * top_k
+    token-expert pairs; expert weights are TP-split (expert tensor parallel = tp, the
+    Megatron-Core default).
+    """
+    assert model.moe is not None
+    moe = model.moe
+    local_experts = moe.experts / layout.ep
+    tokens_per_expert = tokens * moe.top_k / local_experts
+    gemms = [Gemm("router", tokens, moe.experts, model.hidden)]
+    gemms += mlp_gemms(model, moe.expert_ffn_hidden, layout.tp, tokens_per_expert, "expert",
+                       local_experts)
+    if moe.shared_experts:
+        width = moe.shared_experts * (moe.shared_expert_ffn_hidden or moe.expert_ffn_hidden)
+        gemms += mlp_gemms(model, width, layout.tp, tokens, "shared_expert")
+    return gemms
+
+
+def attention_core_flops(model: ModelSpec, layout: Layout, training: Training) -> tuple[float, float]:
+    """(hardware, model-convention) forward FLOPs of scores and values for one micro-batch."""
+    tokens = tokens_per_gpu(layout, training)
+    if model.mla:
+        d = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
+    else:
+        d = 2 * model.d_head
+    full = 2.0 * tokens * training.seq_len * (model.heads / layout.tp) * d
+    return 0.5 * full, full
+
+
+def layer_flops(model: ModelSpec, layout: Layout, training: Training, moe: bool) -> LayerFlops:
+    """Forward work of one layer (dense-MLP layer when ``moe`` is False)."""
+    tokens = tokens_per_gpu(layout, training)
+    gemms = attention_gemms(model, layout.tp, tokens)
+    if moe:
+        gemms += moe_gemms(model, layout, tokens)
+    else:
+        gemms += mlp_gemms(model, model.ffn_hidden, layout.tp, tokens)
+    hw, conv = attention_core_flops(model, layout, training)
+    return LayerFlops(tuple(gemms), hw, conv)
+
+
+def logits_gemm(model: ModelSpec, layout: Layout, training: Training) -> Gemm:
+    """The output projection onto the (TP-split) vocabulary, last pipeline stage."""
+    return Gemm("logits", tokens_per_gpu(layout, training), model.vocab / layout.tp, model.hidden)
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per token in the MFU convention: 6 N + 6 L H (d_qk + d_v) S.
+
+    N counts matmul parameters active per token (logits projection included, input embedding
+    lookup and position table excluded); attention is not discounted for causality (PaLM,
+    Chowdhery et al. 2022, appendix B; torchtitan ``get_dense_model_nparams_and_flops``).
+    """
+    n = model.active_params - model.vocab * model.hidden
+    if model.learned_position_embeddings:
+        n -= model.max_positions * model.hidden
+    if model.tied_embeddings:
+        n += model.vocab * model.hidden  # the tied table is also the logits matmul
+    if model.mla:
+        d = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
+    else:
+        d = 2 * model.d_head
+    return 6.0 * n + 6.0 * model.layers * model.heads * d * seq_len
+
+
+def megatron_flops_per_iteration(layers: int, hidden: int, vocab: int, seq_len: int,
+                                 batch: int) -> float:
+    """Narayanan et al. 2021, Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), GPT with full recompute."""
+    b, s, ell, h, v = batch, seq_len, layers, hidden, vocab
+    return 96.0 * b * s * ell * h * h * (1 + s / (6 * h) + v / (16 * ell * h))

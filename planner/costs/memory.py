@@ -1,0 +1,150 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations, logits, overhead (bytes).
+
+Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, section 3.1; Megatron-LM distributed
+optimizer): per parameter 2 B compute-dtype weights, 4 B fp32 main gradient, 12 B fp32 master
+weight and two moments; ZeRO-1 shards the 12 B, ZeRO-2 also the gradient, ZeRO-3 everything,
+over the DP x CP group. FP8 training keeps an extra 1 B fp8 copy of each weight.
+
+Activations follow Korthikanti et al. 2022 (Reducing Activation Recomputation in Large
+Transformer Models), Table 2: per layer sbh(34 + 5as/h) bytes without parallelism,
+sbh(10 + 24/t + 5as/(ht)) with TP, sbh(34/t + 5as/(ht)) with TP+SP, sbh(34/t) with selective
+recompute and 2sbh/t per layer with full recompute. ``layer_activation_bytes`` generalises the
+terms to GQA, gated MLPs, MoE, MLA, no dropout and fused (flash) attention; with MHA, gelu, 4h
+MLP, dropout and unfused attention it reproduces the table exactly (tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+GIB = 1024**3
+WEIGHT_BYTES = 2
+GRAD_BYTES = 4
+OPTIMIZER_BYTES = 12
+FP8_WEIGHT_COPY_BYTES = 1
+# Allocator fragmentation and framework workspaces (NCCL buffers, cuBLAS workspace): an
+# assumption of 1 GiB plus 10% of activations, documented in docs/model.md.
+OVERHEAD_FIXED_BYTES = 1.0 * GIB
+OVERHEAD_ACTIVATION_FRACTION = 0.10
+
+
+def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                                 recompute: str = "none") -> float:
+    """Korthikanti et al. 2022, Table 2: activation bytes of one GPT layer (fp16, dropout)."""
+    sbh = s * b * h
+    if recompute == "full":
+        return 2.0 * sbh / (t if sp else 1)
+    attn_core = 0.0 if recompute == "selective" else 5.0 * a * s / (h * t)
+    if sp:
+        return sbh * (34.0 / t + attn_core)
+    return sbh * (10.0 + 24.0 / t + attn_core)
+
+
+def layer_activation_bytes(model: ModelSpec, layout: Layout, training: Training, moe: bool,
+                           flash_attention: bool = True, dropout: bool = False) -> float:
+    """Bytes one layer keeps for backward, for one micro-batch on one GPU.
+
+    Replicated terms (norm inputs, GEMM inputs of the TP region, dropout masks) are split by
+    TP only with sequence parallelism; terms inside the TP region always are.
+    """
+    t = layout.tp
+    s = training.seq_len / layout.cp
+    b = training.micro_batch
+    h = model.hidden
+    tok = s * b
+    seq_split = t if layout.sequence_parallel else 1
+    if training.recompute == "full":
+        return 2.0 * tok * h / seq_split
+    # replicated (outside the TP region): two norm inputs, QKV input, MLP input, 2 dropout masks
+    replicated = 2 * 2 * tok * h + 2 * tok * h + 2 * tok * h + (2 * tok * h if dropout else 0)
+    # inside the TP region
+    if model.mla:
+        m = model.mla
+        qkv = 2 * tok * model.heads * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+                                       + m.v_head_dim)
+        replicated += 2 * tok * (m.kv_lora_rank + (m.q_lora_rank or 0))
+    else:
+        qkv = 2 * tok * (model.q_dim + 2 * model.kv_dim)
+    attn_out = 2 * tok * model.v_dim
+    if moe and model.moe is not None:
+        routed = tok * model.moe.top_k
+        mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden) + 2 * routed * h
+        if model.moe.shared_experts:
+            width = model.moe.shared_experts * (model.moe.shared_expert_ffn_hidden
+                                                 or model.moe.expert_ffn_hidden)
+            mlp += _mlp_bytes(model, tok, width)
+        replicated += tok * model.moe.experts * 4  # router logits/probabilities (fp32)
+    else:
+        mlp = _mlp_bytes(model, tok, model.ffn_hidden)
+    core = 0.0
+    if training.recompute != "selective" and not flash_attention:
+        core = (5.0 if dropout else 4.0) * model.heads * s * s * b  # scores, softmax (+mask)
+    elif flash_attention:
+        core = 4.0 * tok * model.heads  # fp32 log-sum-exp per row
+    sharded = qkv + attn_out + mlp + core
+    return replicated / seq_split + sharded / t
+
+
+def _mlp_bytes(model: ModelSpec, tokens: float, ffn: int) -> float:
+    """fc1 output(s) kept for the activation, and fc2 input: 2 B per element."""
+    if model.gated:
+        return 2 * tokens * ffn * 3  # gate, up, and their product (fc2 input)
+    return 2 * tokens * ffn * 2  # activation input and output (fc2 input)
+
+
+def layers_in_flight(layers_per_stage: float, pp: int, vpp: int, microbatches: int,
+                     first_stage: bool = True) -> float:
+    """Layers' worth of micro-batch activations the first pipeline stage holds at peak.
+
+    1F1B: min(m, pp) micro-batches (Narayanan et al. 2021, section 2.2.1). Interleaved with v
+    chunks: Megatron warms up (pp-1)*2 + (v-1)*pp chunks on rank 0, i.e. pp*(v+1)-1 chunks of
+    L/(pp v) layers in flight.
+    """
+    if pp == 1:
+        return layers_per_stage
+    if vpp <= 1:
+        return layers_per_stage * min(microbatches, pp)
+    chunks = min(microbatches * vpp, pp * (vpp + 1) - 1)
+    return layers_per_stage / vpp * chunks
+
+
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    """Weights, gradients and optimizer state of one GPU, bytes."""
+
+    weights: float
+    grads: float
+    optimizer: float
+
+
+def state_bytes(dense_params: float, expert_params: float, layout: Layout, precision: str,
+                gathered_params: float = 0.0) -> StateBytes:
+    """Model state of one GPU holding ``dense_params`` (sharded over DP x CP by ZeRO) and
+    ``expert_params`` (sharded over the expert data-parallel group dp*cp/ep).
+
+    ``gathered_params``: ZeRO-3 working set of unsharded parameters (prefetched layers).
+    """
+    shard = layout.dp * layout.cp
+    expert_shard = max(1, shard // layout.ep)
+    w_b = WEIGHT_BYTES + (FP8_WEIGHT_COPY_BYTES if precision == "fp8" else 0)
+
+    def split(params: float, n: int) -> tuple[float, float, float]:
+        z = layout.zero
+        w = params * w_b / (n if z >= 3 else 1)
+        g = params * GRAD_BYTES / (n if z >= 2 else 1)
+        o = params * OPTIMIZER_BYTES / (n if z >= 1 else 1)
+        return w, g, o
+
+    wd, gd, od = split(dense_params, shard)
+    we, ge, oe = split(expert_params, expert_shard)
+    gathered = gathered_params * w_b if layout.zero >= 3 else 0.0
+    return StateBytes(wd + we + gathered, gd + ge, od + oe)
+
+
+def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
+    """Logits (bf16) and their fp32 softmax for one micro-batch on the last stage."""
+    tokens = training.micro_batch * training.seq_len / layout.cp
+    return tokens * model.vocab / layout.tp * (2 + 4)

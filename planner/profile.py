@@ -1,0 +1,102 @@
+"""Calibration profile: the efficiency curves the cost model reads.
+
+A profile is data (JSON in ``calibration/profiles/``). The shipped defaults are fitted from public
+measurements by ``calibration/fit_public_profiles.py``; ``planner calibrate`` (torch) will write
+measured ones of the same schema. The simulator never reads files itself: callers pass a profile.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner.errors import PlannerError, pydantic_error_to_planner
+
+PROFILES_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
+PROFILE_SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GemmEfficiency(_Frozen):
+    """Dense GEMM throughput as a fraction of the datasheet peak.
+
+    time(m, n, k) = max(2mnk / (peak * eta_max * s(m) s(n) s(k)), bytes / (hbm_bw * eta_mem))
+                    + fixed_us, with s(d) = d / (d + dim_half) a saturating shape factor.
+    """
+
+    eta_max: dict[str, float] = Field(description="large-GEMM efficiency per precision (0..1]")
+    dim_half: float = Field(gt=0, description="GEMM dimension at which s(d) = 0.5, elements")
+    fixed_us: float = Field(ge=0, description="per-kernel launch and tail overhead, us")
+
+
+class AttentionEfficiency(_Frozen):
+    """Fused (flash) attention throughput, FLOP convention of FlashAttention-2 (bwd = 2.5 x fwd).
+
+    eta(s) = eta_max * s / (s + seq_half), per pass, as a fraction of the bf16 peak.
+    """
+
+    eta_max_fwd: float = Field(gt=0, le=1)
+    eta_max_bwd: float = Field(gt=0, le=1)
+    seq_half: float = Field(gt=0, description="sequence length at which eta = eta_max / 2")
+
+
+class MemoryEfficiency(_Frozen):
+    """Memory-bound kernels (norms, activations, casts, optimizer): fraction of HBM peak."""
+
+    eta_hbm: float = Field(gt=0, le=1)
+    fixed_us: float = Field(ge=0, description="per-kernel launch overhead, us")
+
+
+class CommEfficiency(_Frozen):
+    """Collectives: achieved bus bandwidth over the link spec, and NCCL base latency."""
+
+    scale_up_eta: float = Field(gt=0, le=1.2, description="ring busbw / NVLink spec, large msgs")
+    scale_out_eta: float = Field(gt=0, le=1, description="achieved / NIC line rate, large msgs")
+    base_latency_us: float = Field(ge=0, description="per-collective launch latency, us")
+    hierarchical_overlap: float = Field(
+        ge=0, le=1, description="fraction of the smaller of intra/inter phases hidden by pipelining"
+    )
+
+
+class CalibrationProfile(_Frozen):
+    """Efficiency parameters for one accelerator (and its fabric)."""
+
+    schema_version: int = PROFILE_SCHEMA_VERSION
+    id: str
+    accelerator: str
+    method: str = Field(description="how the figures were obtained")
+    gemm: GemmEfficiency
+    attention: AttentionEfficiency
+    memory: MemoryEfficiency
+    comm: CommEfficiency
+    sources: list[str] = Field(default_factory=list)
+    raw: dict = Field(default_factory=dict, description="the samples the fit used")
+
+    def gemm_eta_max(self, precision: str) -> float:
+        """Large-GEMM efficiency for a precision; fp16 uses bf16, missing fp8 falls back."""
+        table = self.gemm.eta_max
+        key = "bf16" if precision == "fp16" else precision
+        return table.get(key) or table["bf16"]
+
+
+def load_profile(id_or_path: str | Path) -> CalibrationProfile:
+    """A profile from ``calibration/profiles/<id>.json`` or a JSON path."""
+    path = Path(id_or_path)
+    if path.suffix != ".json" and not path.exists():
+        path = PROFILES_DIR / f"{id_or_path}.json"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.json")))
+        raise PlannerError("profile", f"profile not found: {id_or_path}", known or None)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PlannerError("profile", f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    try:
+        return CalibrationProfile.model_validate(data)
+    except ValidationError as exc:
+        raise pydantic_error_to_planner(exc, "profile") from None

@@ -1,0 +1,56 @@
+"""StepReport: what the simulator says about one training step (units in every name)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+MFU_CONVENTION = (
+    "MFU = model FLOPs per token x tokens/s / (GPUs x dense bf16 peak); model FLOPs per token = "
+    "6 N (active matmul params, logits included, embedding lookup excluded) + "
+    "6 L H (d_qk + d_v) S (attention, no causal discount), as PaLM and torchtitan. HFU counts "
+    "the FLOPs the GPUs execute (recompute included, causal attention halved)."
+)
+
+TIME_CATEGORIES = (
+    "compute_gemm", "compute_attention", "compute_memory_bound", "compute_logits_loss",
+    "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "pipeline_bubble",
+    "optimizer",
+)
+MEMORY_CATEGORIES = ("weights", "gradients", "optimizer_states", "activations", "logits",
+                     "overhead")
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """Prediction for one optimizer step. Times in seconds, memory in GiB, rates per second."""
+
+    step_time_s: float
+    tokens_per_step: int
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu_pct: float
+    hfu_pct: float
+    model_flops_per_token: float
+    gpus: int
+    microbatches: int
+    time_breakdown_s: dict[str, float]
+    memory_breakdown_gib: dict[str, float]
+    peak_memory_gib: float
+    peak_memory_stage: str
+    usable_memory_gib: float
+    fits: bool
+    feasibility: list[str] = field(default_factory=list)
+    placement: dict[str, str] = field(default_factory=dict)
+    profile: str = ""
+    assumptions: list[str] = field(default_factory=list)
+    mfu_convention: str = MFU_CONVENTION
+
+    @property
+    def memory_headroom_gib(self) -> float:
+        return self.usable_memory_gib - self.peak_memory_gib
+
+    def to_dict(self) -> dict:
+        """JSON-ready dictionary of every field."""
+        d = asdict(self)
+        d["memory_headroom_gib"] = self.memory_headroom_gib
+        return d

@@ -1,0 +1,341 @@
+"""Compose the cost modules into a StepReport for one layout (pure: no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.costs import comms, compute, elementwise, flops, memory, pipeline
+from planner.legality import check_layout
+from planner.profile import CalibrationProfile
+from planner.report import StepReport
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+# With TP communication overlap (Transformer Engine userbuffers), the share of a collective that
+# can hide behind the GEMM it feeds; the rest stays exposed (chunk pipeline fill and drain).
+TP_OVERLAP_FRACTION = 0.8
+# Megatron-Core DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot overlap.
+DP_BUCKET_PARAMS = 40e6
+
+
+@dataclass(slots=True)
+class _Layer:
+    """Per-micro-batch seconds of one layer on one GPU, by category (forward, backward)."""
+
+    gemm: float
+    attention: float
+    memory_bound: float
+    tp: float
+    cp: float
+    ep: float
+    recompute: float
+    fwd: float  # all forward seconds (for overlap windows)
+    bwd: float
+
+
+def _layer_costs(model: ModelSpec, layout: Layout, training: Training, moe: bool,
+                 dev: compute.Device, fabric: comms.Fabric, groups: comms.Groups) -> _Layer:
+    tokens = flops.tokens_per_gpu(layout, training)
+    lf = flops.layer_flops(model, layout, training, moe)
+    g_f, g_b = compute.gemms_time_s(lf.gemms, dev)
+    a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev)
+    ew = elementwise.layer_elementwise(model, layout, tokens, moe, lf.gemms,
+                                       training.precision == "fp8")
+    e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
+
+    # TP: 2 all-reduces forward and 2 backward (or all-gather + reduce-scatter pairs with SP, the
+    # same bus volume), each over the full [s, b, h] activation (Korthikanti et al. 2022, Fig. 5).
+    act_bytes = tokens * model.hidden * elementwise.ACT_BYTES
+    if layout.sequence_parallel:
+        one = (comms.collective_time_s("all_gather", act_bytes, groups.tp, fabric)
+               + comms.collective_time_s("reduce_scatter", act_bytes, groups.tp, fabric))
+    else:
+        one = comms.collective_time_s("all_reduce", act_bytes, groups.tp, fabric)
+    tp_f = tp_b = 2.0 * one
+    if layout.overlap_tp_comm:
+        tp_f -= min(TP_OVERLAP_FRACTION * tp_f, g_f)
+        tp_b -= min(TP_OVERLAP_FRACTION * tp_b, g_b)
+
+    # CP: ring exchange of K and V chunks, overlapped with the attention blocks it feeds; the
+    # backward also returns dK and dV (Megatron-Core / Transformer Engine context parallelism).
+    cp_f = cp_b = 0.0
+    if layout.cp > 1:
+        if model.mla:
+            kv_width = model.heads * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+                                      + model.mla.v_head_dim)
+        else:
+            kv_width = 2 * model.kv_dim
+        chunk = tokens * kv_width / layout.tp * elementwise.ACT_BYTES
+        hop = comms.collective_time_s("send_recv", chunk, groups.cp, fabric)
+        cp_f = max((layout.cp - 1) * hop - a_f, 0.0)
+        cp_b = max(2 * (layout.cp - 1) * hop - a_b, 0.0)
+
+    # EP: token dispatch and combine all-to-all, forward and backward, not overlapped.
+    ep_f = ep_b = 0.0
+    if moe and model.moe is not None and layout.ep > 1:
+        seq_split = layout.tp if layout.sequence_parallel else 1
+        routed = tokens / seq_split * model.moe.top_k * model.hidden * elementwise.ACT_BYTES
+        ep_f = ep_b = 2.0 * comms.collective_time_s("all_to_all", routed, groups.ep, fabric)
+
+    fwd = g_f + a_f + e_f + tp_f + cp_f + ep_f
+    if training.recompute == "full":
+        recompute = fwd
+    elif training.recompute == "selective":
+        recompute = a_f  # core attention forward is re-run (Korthikanti et al. 2022, sec. 5)
+    else:
+        recompute = 0.0
+    bwd = g_b + a_b + e_b + tp_b + cp_b + ep_b
+    return _Layer(g_f + g_b, a_f + a_b, e_f + e_b, tp_f + tp_b, cp_f + cp_b, ep_f + ep_b,
+                  recompute, fwd, bwd)
+
+
+def _mix(a: _Layer, wa: float, b: _Layer | None, wb: float) -> dict[str, float]:
+    keys = ("gemm", "attention", "memory_bound", "tp", "cp", "ep", "recompute", "fwd", "bwd")
+    return {k: getattr(a, k) * wa + (getattr(b, k) * wb if b is not None else 0.0) for k in keys}
+
+
+def default_assumptions(layout: Layout, training: Training) -> list[str]:
+    """Modelling assumptions that apply to this run, printed with the report."""
+    notes = ["fused (flash) attention; no dropout",
+             f"gradients reduced in {'fp16' if training.precision == 'fp16' else 'fp32'}"]
+    if layout.ep > 1 or layout.tp > 1:
+        notes.append("expert tensor parallel size = tp (Megatron-Core default)")
+    if layout.overlap_tp_comm:
+        notes.append(f"TP comm overlap hides up to {TP_OVERLAP_FRACTION:.0%} behind GEMMs")
+    return notes
+
+
+def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training,
+                  profile: CalibrationProfile, check: bool = True) -> StepReport:
+    """Predict one optimizer step of ``model`` on ``cluster`` under ``layout``.
+
+    Raises PlannerError for an illegal layout; a legal one that does not fit in memory returns
+    a report with ``fits=False`` and the reason in ``feasibility``.
+    """
+    if check:
+        check_layout(model, cluster, layout, training)
+    accel = cluster.accelerator
+    dev = compute.make_device(accel, profile, training.precision)
+    fabric = comms.make_fabric(cluster, profile)
+    groups = comms.place_groups(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep,
+                                fabric.domain_gpus)
+    m = pipeline.microbatches_per_step(training.global_batch, training.micro_batch, layout.dp)
+    tokens = flops.tokens_per_gpu(layout, training)
+    vpp = layout.virtual_stages
+
+    # ---- per-layer costs, each layer kind once -------------------------------------------
+    n_moe = model.n_moe_layers
+    n_dense = model.layers - n_moe
+    dense = _layer_costs(model, layout, training, False, dev, fabric, groups) if n_dense else None
+    moe = _layer_costs(model, layout, training, True, dev, fabric, groups) if n_moe else None
+    frac_moe = n_moe / model.layers
+    layer_max = pipeline.layers_on_bottleneck_stage(model.layers, layout.pp)
+    base, other = (moe, dense) if dense is None else (dense, moe)
+    w_other = frac_moe if dense is not None else 0.0
+    per_layer = _mix(base, 1.0 - w_other, other, w_other)
+
+    # ---- first-stage embedding and last-stage logits + loss ------------------------------
+    logit = flops.logits_gemm(model, layout, training)
+    lg_f, lg_b = compute.gemms_time_s((logit,), dev)
+    loss_f = elementwise.logits_loss_bytes(model, layout, tokens) / dev.hbm_bytes_per_s
+    logits_s = lg_f + lg_b + 2.0 * loss_f
+    emb_s = 3.0 * tokens * model.hidden * elementwise.ACT_BYTES / dev.hbm_bytes_per_s
+
+    # ---- pipeline point-to-point: one send forward and one backward per virtual stage ----
+    pp_s = 0.0
+    if layout.pp > 1:
+        seq_split = layout.tp if layout.sequence_parallel else 1
+        msg = tokens * model.hidden * elementwise.ACT_BYTES / seq_split
+        pp_s = 2.0 * vpp * comms.collective_time_s("send_recv", msg, groups.pp, fabric)
+
+    # ---- parameters held per GPU (bottleneck stage) --------------------------------------
+    attn_norm = model.attention_params() + model.norm_params_per_layer()
+    dense_mlp = model.mlp_params(model.ffn_hidden)
+    stage_layers = float(layer_max)
+    dense_layer_params = (attn_norm + (1 - frac_moe) * dense_mlp) / layout.tp
+    expert_layer_params = 0.0
+    if model.moe is not None:
+        moe_total, _ = model.moe_layer_params()
+        router = model.hidden * model.moe.experts
+        shared = moe_total - router - model.moe.experts * model.mlp_params(
+            model.moe.expert_ffn_hidden)
+        dense_layer_params += frac_moe * (router + shared / layout.tp)
+        expert_layer_params = frac_moe * (moe_total - router - shared) / (layout.ep * layout.tp)
+    emb_params = model.vocab * model.hidden / layout.tp
+    first_dense = stage_layers * dense_layer_params + emb_params
+    last_dense = stage_layers * dense_layer_params + (
+        emb_params if (layout.pp > 1 or not model.tied_embeddings) else 0.0)
+    if layout.pp == 1:
+        first_dense = stage_layers * dense_layer_params + emb_params * (
+            1 if model.tied_embeddings else 2)
+        last_dense = first_dense
+    stage_experts = stage_layers * expert_layer_params
+    local_params = max(first_dense, last_dense) + stage_experts
+
+    # ---- data-parallel gradient and parameter traffic ------------------------------------
+    grad_b = 2.0 if training.precision == "fp16" else 4.0
+    dp_group = groups.dp_cp
+    edp = max(1, layout.dp * layout.cp // layout.ep)
+    edp_group = comms.place(edp, layout.tp * layout.ep, fabric.domain_gpus)
+    stage_fwd = stage_layers * per_layer["fwd"]
+    stage_bwd = stage_layers * (per_layer["bwd"] + per_layer["recompute"])
+    dense_p = max(first_dense, last_dense)
+
+    def coll(kind: comms.Collective, nbytes_per_param: float) -> float:
+        return (comms.collective_time_s(kind, dense_p * nbytes_per_param, dp_group, fabric)
+                + comms.collective_time_s(kind, stage_experts * nbytes_per_param, edp_group,
+                                          fabric))
+
+    dp_per_mb = 0.0
+    dp_step = 0.0
+    bucket_frac = min(1.0, DP_BUCKET_PARAMS / max(local_params, 1.0))
+    if layout.zero >= 3:
+        ag = coll("all_gather", 2.0)
+        rs = coll("reduce_scatter", grad_b)
+        if layout.overlap_zero3_param_gather:
+            first_layer = ag / max(stage_layers, 1.0)
+            dp_per_mb = (max(ag - stage_fwd, 0.0) + max(ag + rs - stage_bwd, 0.0)
+                         + first_layer)
+        else:
+            dp_per_mb = 2 * ag + rs
+    else:
+        if layout.zero == 0:
+            reduce = coll("all_reduce", grad_b)
+            gather = 0.0
+        else:
+            reduce = coll("reduce_scatter", grad_b)
+            gather = coll("all_gather", 2.0)
+        if layout.overlap_dp_grad_reduce:
+            reduce = max(reduce - stage_bwd, reduce * bucket_frac)
+            gather = max(gather - stage_fwd, gather * bucket_frac)
+        dp_step = reduce + gather
+
+    # ---- stage times and the pipeline ----------------------------------------------------
+    mb_cats = {
+        "compute_gemm": stage_layers * per_layer["gemm"],
+        "compute_attention": stage_layers * per_layer["attention"],
+        "compute_memory_bound": stage_layers * per_layer["memory_bound"],
+        "recompute": stage_layers * per_layer["recompute"],
+        "tp_comm": stage_layers * per_layer["tp"],
+        "cp_comm": stage_layers * per_layer["cp"],
+        "ep_comm": stage_layers * per_layer["ep"],
+        "pp_comm": pp_s,
+        "dp_comm": dp_per_mb,
+    }
+    mid = sum(mb_cats.values())
+    if layout.pp == 1:
+        mb_cats["compute_logits_loss"] = logits_s
+        mb_cats["compute_memory_bound"] += emb_s
+        t_max = t_sum = mid + logits_s + emb_s
+    else:
+        t_last = mid + logits_s
+        t_first = mid + emb_s
+        mean_layers = model.layers / layout.pp
+        t_mid_mean = mid * mean_layers / stage_layers if stage_layers else mid
+        t_sum = (layout.pp - 2) * t_mid_mean + t_first + t_last if layout.pp > 2 else (
+            t_first + t_last)
+        if t_last >= t_first:
+            t_max = t_last
+            mb_cats["compute_logits_loss"] = logits_s
+        else:
+            t_max = t_first
+            mb_cats["compute_logits_loss"] = 0.0
+            mb_cats["compute_memory_bound"] += emb_s
+    steady, bubble = pipeline.pipeline_time_s(m, t_max, t_sum, vpp)
+
+    # optimizer: fused AdamW over the locally owned (sharded) parameters, memory bound
+    owned = local_params / (dp_group.size if layout.zero >= 1 else 1)
+    optimizer_s = owned * elementwise.adam_bytes_per_param() / dev.hbm_bytes_per_s
+
+    breakdown = {k: v * m for k, v in mb_cats.items()}
+    breakdown["dp_comm"] += dp_step
+    breakdown["pipeline_bubble"] = bubble
+    breakdown["optimizer"] = optimizer_s
+    step = steady + bubble + dp_step + optimizer_s
+
+    # ---- throughput and utilisation ------------------------------------------------------
+    gpus = layout.world_size
+    tokens_step = training.tokens_per_step
+    tps = tokens_step / step
+    mf_tok = flops.model_flops_per_token(model, training.seq_len)
+    peak = accel.peak_flops_per_s("bf16")
+    mfu = 100.0 * mf_tok * tps / (gpus * peak)
+    attn_hw, attn_conv = flops.attention_core_flops(model, layout, training)
+    per_tok_attn_saving = 3.0 * model.layers * (attn_conv - attn_hw) * (
+        layout.tp * layout.cp) / (training.micro_batch * training.seq_len)
+    recompute_per_tok = 0.0
+    if training.recompute == "full":
+        recompute_per_tok = (mf_tok - per_tok_attn_saving) / 3.0
+    elif training.recompute == "selective":
+        recompute_per_tok = model.layers * attn_hw * layout.tp * layout.cp / (
+            training.micro_batch * training.seq_len)
+    hfu = 100.0 * (mf_tok - per_tok_attn_saving + recompute_per_tok) * tps / (gpus * peak)
+
+    # ---- memory ---------------------------------------------------------------------------
+    act_dense = (memory.layer_activation_bytes(model, layout, training, False)
+                 if n_dense else 0.0)
+    act_moe = memory.layer_activation_bytes(model, layout, training, True) if n_moe else 0.0
+    act_layer = act_dense * (1 - frac_moe) + act_moe * frac_moe
+    in_flight = memory.layers_in_flight(stage_layers, layout.pp, vpp, m)
+    activations = act_layer * in_flight
+    if training.recompute == "full":
+        full_one = memory.layer_activation_bytes(
+            model, layout, training.model_copy(update={"recompute": "none"}), bool(n_moe))
+        activations += full_one  # one layer recomputed at a time
+    logits_mem = memory.logits_bytes(model, layout, training)
+    gathered = 2 * (dense_layer_params + expert_layer_params) if layout.zero >= 3 else 0.0
+    st = memory.state_bytes(dense_p, stage_experts, layout, training.precision, gathered)
+    if layout.pp > 1:
+        # the last stage holds one micro-batch of activations, but the logits
+        last_act = act_layer * stage_layers / vpp
+        first_total = activations
+        last_total = last_act + logits_mem
+        stage_name = "first" if first_total >= last_total else "last"
+        act_peak, logit_peak = (activations, 0.0) if stage_name == "first" else (last_act,
+                                                                                 logits_mem)
+    else:
+        stage_name, act_peak, logit_peak = "only", activations, logits_mem
+    overhead = memory.OVERHEAD_FIXED_BYTES + memory.OVERHEAD_ACTIVATION_FRACTION * act_peak
+    g = memory.GIB
+    mem = {
+        "weights": st.weights / g,
+        "gradients": st.grads / g,
+        "optimizer_states": st.optimizer / g,
+        "activations": act_peak / g,
+        "logits": logit_peak / g,
+        "overhead": overhead / g,
+    }
+    peak_mem = sum(mem.values())
+    usable = accel.hbm_usable_gib
+    fits = peak_mem <= usable
+    feas = [] if fits else [
+        f"out of memory: needs {peak_mem:.1f} GiB per GPU on the {stage_name} pipeline stage, "
+        f"{usable:.1f} GiB usable ({peak_mem - usable:.1f} GiB over)"]
+    placement = {
+        name: ("single GPU" if p.size == 1 else
+               f"{p.size} GPUs, {p.per_domain} per scale-up domain x {p.domains} domain(s)")
+        for name, p in (("tp", groups.tp), ("cp", groups.cp), ("dp", groups.dp),
+                        ("ep", groups.ep), ("pp", groups.pp))
+    }
+    return StepReport(
+        step_time_s=step,
+        tokens_per_step=tokens_step,
+        tokens_per_s=tps,
+        tokens_per_s_per_gpu=tps / gpus,
+        mfu_pct=mfu,
+        hfu_pct=hfu,
+        model_flops_per_token=mf_tok,
+        gpus=gpus,
+        microbatches=m,
+        time_breakdown_s=breakdown,
+        memory_breakdown_gib=mem,
+        peak_memory_gib=peak_mem,
+        peak_memory_stage=stage_name,
+        usable_memory_gib=usable,
+        fits=fits,
+        feasibility=feas,
+        placement=placement,
+        profile=profile.id,
+        assumptions=default_assumptions(layout, training),
+    )

@@ -1,0 +1,93 @@
+"""Accelerator and cluster specs. Bandwidths are decimal (1 GB/s = 1e9 B/s), one direction."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PeakTflops(_Frozen):
+    """Dense (no 2:4 sparsity) peak tensor throughput per GPU, TFLOP/s; None = unsupported."""
+
+    fp32: float = Field(gt=0, description="non-tensor FP32")
+    tf32: float | None = Field(default=None, gt=0)
+    bf16: float | None = Field(default=None, gt=0)
+    fp16: float = Field(gt=0)
+    fp8: float | None = Field(default=None, gt=0)
+    fp4: float | None = Field(default=None, gt=0)
+
+
+class AcceleratorSpec(_Frozen):
+    """One GPU / accelerator."""
+
+    name: str
+    vendor: str
+    peak_tflops: PeakTflops
+    hbm_capacity_gib: float = Field(gt=0, description="device memory as the driver reports it, GiB")
+    hbm_usable_gib: float = Field(
+        gt=0, description="memory a training process can allocate (capacity minus context/driver)"
+    )
+    hbm_bandwidth_tb_per_s: float = Field(gt=0, description="peak HBM bandwidth, TB/s (1e12 B/s)")
+    tdp_w: float = Field(gt=0, description="board power, W")
+    profile: str = Field(description="id of the default calibration profile (calibration/profiles)")
+    sources: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> AcceleratorSpec:
+        if self.hbm_usable_gib > self.hbm_capacity_gib:
+            raise ValueError("hbm_usable_gib exceeds hbm_capacity_gib")
+        return self
+
+    def peak_flops_per_s(self, precision: str) -> float:
+        """Dense peak for a training precision, FLOP/s (bf16 falls back to fp16 on V100)."""
+        value = getattr(self.peak_tflops, precision, None)
+        if value is None and precision == "bf16":
+            value = self.peak_tflops.fp16
+        if value is None:
+            from planner.errors import PlannerError
+
+            raise PlannerError(
+                "training.precision",
+                f"{self.name} has no {precision} tensor throughput",
+                "bf16, fp16" + (", fp8" if self.peak_tflops.fp8 else ""),
+            )
+        return value * 1e12
+
+
+class ClusterSpec(_Frozen):
+    """A cluster: nodes of GPUs, a scale-up domain (NVLink) and a scale-out fabric (IB/RoCE)."""
+
+    name: str
+    accelerator: str = Field(description="id (file stem) in hardware_specs/accelerators")
+    gpus_per_node: int = Field(gt=0)
+    scale_up_domain_gpus: int = Field(gt=0, description="GPUs sharing the NVLink/xGMI domain")
+    scale_up_bandwidth_gb_per_s: float = Field(gt=0, description="per GPU, one direction, GB/s")
+    scale_up_latency_us: float = Field(ge=0)
+    scale_out_bandwidth_gb_per_s: float = Field(gt=0, description="per GPU NIC, one direction, GB/s")
+    scale_out_latency_us: float = Field(ge=0)
+    price_per_gpu_hour_usd: float | None = Field(default=None, gt=0)
+    profile: str | None = Field(default=None, description="calibration profile id or path override")
+    sources: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        if self.scale_up_domain_gpus < self.gpus_per_node:
+            raise ValueError("scale_up_domain_gpus must be at least gpus_per_node")
+        if self.scale_up_domain_gpus % self.gpus_per_node:
+            raise ValueError("scale_up_domain_gpus must be a multiple of gpus_per_node")
+        return self
+
+
+class Cluster(_Frozen):
+    """A cluster spec with its accelerator resolved (what the simulator consumes)."""
+
+    id: str
+    spec: ClusterSpec
+    accelerator: AcceleratorSpec

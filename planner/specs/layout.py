@@ -1,0 +1,73 @@
+"""Parallel layout and training settings.
+
+Rank order on the hardware (innermost first): TP, CP, DP, PP, as Megatron-Core orders its
+process groups (``tp-cp-ep-dp-pp``); expert parallelism (EP) is carved out of DP x CP.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Recompute = Literal["none", "selective", "full"]
+TrainPrecision = Literal["bf16", "fp16", "fp8"]
+Schedule = Literal["1f1b", "interleaved"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Layout(_Frozen):
+    """How one training job is split over GPUs. World size = tp * cp * dp * pp."""
+
+    tp: int = Field(default=1, gt=0, description="tensor parallel size")
+    pp: int = Field(default=1, gt=0, description="pipeline parallel size")
+    dp: int = Field(default=1, gt=0, description="data parallel size")
+    cp: int = Field(default=1, gt=0, description="context parallel size")
+    ep: int = Field(default=1, gt=0, description="expert parallel size (inside dp*cp)")
+    vpp: int | None = Field(default=None, gt=0, description="virtual stages per pipeline rank")
+    sequence_parallel: bool = False
+    zero: Literal[0, 1, 2, 3] = Field(default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params")
+    schedule: Schedule | None = Field(default=None, description="None: interleaved iff vpp > 1")
+    overlap_dp_grad_reduce: bool = True
+    overlap_tp_comm: bool = False
+    overlap_zero3_param_gather: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> Layout:
+        if self.schedule == "interleaved" and (self.vpp or 1) < 2:
+            raise ValueError("schedule 'interleaved' needs vpp >= 2")
+        if self.sequence_parallel and self.tp == 1:
+            # harmless in Megatron (it is a no-op), keep it accepted but meaningless
+            pass
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def virtual_stages(self) -> int:
+        return self.vpp or 1
+
+    @property
+    def pipeline_schedule(self) -> Schedule:
+        if self.schedule:
+            return self.schedule
+        return "interleaved" if self.virtual_stages > 1 else "1f1b"
+
+
+class Training(_Frozen):
+    """What one optimizer step processes."""
+
+    seq_len: int = Field(gt=0, description="tokens per sequence")
+    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch per DP rank")
+    recompute: Recompute = "none"
+    precision: TrainPrecision = "bf16"
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch

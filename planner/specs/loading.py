@@ -1,0 +1,90 @@
+"""Load specs from YAML: a shipped id (file stem) or a path. Every failure is a PlannerError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.specs.hardware import AcceleratorSpec, Cluster, ClusterSpec
+from planner.specs.model import ModelSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODELS_DIR = REPO_ROOT / "models"
+ACCELERATORS_DIR = REPO_ROOT / "hardware_specs" / "accelerators"
+CLUSTERS_DIR = REPO_ROOT / "hardware_specs" / "clusters"
+MAX_SPEC_BYTES = 1_000_000
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def shipped_ids(directory: Path) -> list[str]:
+    """Ids (file stems) of the YAML specs shipped in ``directory``."""
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def read_yaml_text(text: str, what: str) -> Any:
+    """Parse YAML safely (no object tags); a syntax error names the line."""
+    if len(text.encode()) > MAX_SPEC_BYTES:
+        raise PlannerError(what, "file is larger than 1 MB", "a spec under 1 MB")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise PlannerError(what, f"invalid YAML{where}: {problem}", "a YAML mapping") from None
+
+
+def parse_spec(data: Any, cls: type[T], what: str) -> T:
+    """Validate a parsed YAML mapping as ``cls``; errors name the field path."""
+    if not isinstance(data, dict):
+        raise PlannerError(what, f"expected a mapping of fields, got {type(data).__name__}",
+                           ", ".join(cls.model_fields))
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise pydantic_error_to_planner(exc, what) from None
+
+
+def _resolve(id_or_path: str | Path, directory: Path, kind: str) -> Path:
+    path = Path(id_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise PlannerError(kind, f"file not found: {path}")
+        return path
+    candidate = directory / f"{id_or_path}.yaml"
+    if candidate.is_file():
+        return candidate
+    raise PlannerError(kind, f"unknown {kind} '{id_or_path}'",
+                       ", ".join(shipped_ids(directory)) + ", or a path to a YAML file")
+
+
+def _load(id_or_path: str | Path, directory: Path, cls: type[T], kind: str) -> T:
+    path = _resolve(id_or_path, directory, kind)
+    data = read_yaml_text(path.read_text(), kind)
+    return parse_spec(data, cls, kind)
+
+
+def load_model(id_or_path: str | Path) -> ModelSpec:
+    """A model spec from a shipped id (``models/<id>.yaml``) or a YAML path."""
+    return _load(id_or_path, MODELS_DIR, ModelSpec, "model")
+
+
+def load_accelerator(id_or_path: str | Path) -> AcceleratorSpec:
+    """An accelerator spec from ``hardware_specs/accelerators/<id>.yaml`` or a path."""
+    return _load(id_or_path, ACCELERATORS_DIR, AcceleratorSpec, "accelerator")
+
+
+def load_cluster(id_or_path: str | Path) -> Cluster:
+    """A cluster from ``hardware_specs/clusters/<id>.yaml`` or a path, its accelerator resolved."""
+    path = _resolve(id_or_path, CLUSTERS_DIR, "cluster")
+    spec = parse_spec(read_yaml_text(path.read_text(), "cluster"), ClusterSpec, "cluster")
+    acc_path = Path(spec.accelerator)
+    if not acc_path.is_absolute() and not (ACCELERATORS_DIR / f"{spec.accelerator}.yaml").exists():
+        acc_path = path.parent / spec.accelerator
+    accel = load_accelerator(acc_path if acc_path.exists() else spec.accelerator)
+    return Cluster(id=path.stem, spec=spec, accelerator=accel)

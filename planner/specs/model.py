@@ -1,0 +1,190 @@
+"""Model architecture spec: the fields of the validation schema (``shared/validation/README.md``).
+
+Parameter counts are computed here and tested against published totals. Biases are not counted
+(modern stacks have none; for GPT-3 they are < 0.01% of the total).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Activation = Literal["gelu", "swiglu", "relu2", "geglu"]
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MoESpec(_Frozen):
+    """Mixture-of-experts block (DeepSeek/Mixtral style)."""
+
+    experts: int = Field(gt=0, description="routed experts per MoE layer")
+    top_k: int = Field(gt=0, description="routed experts per token")
+    expert_ffn_hidden: int = Field(gt=0, description="FFN width of one routed expert")
+    shared_experts: int = Field(default=0, ge=0, description="always-active shared experts")
+    shared_expert_ffn_hidden: int | None = Field(default=None, gt=0)
+    dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
+    layer_freq: int = Field(default=1, gt=0, description="every layer_freq-th layer is MoE")
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        return self
+
+
+class MLASpec(_Frozen):
+    """Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 section 2.1)."""
+
+    q_lora_rank: int | None = Field(default=None, gt=0, description="None: full-rank Q")
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+
+class ModelSpec(_Frozen):
+    """A decoder-only transformer. Widths are element counts, not bytes."""
+
+    name: str
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    ffn_hidden: int = Field(gt=0, description="dense MLP width (dense layers of MoE models too)")
+    activation: Activation = "gelu"
+    heads: int = Field(gt=0)
+    kv_heads: int | None = Field(default=None, gt=0, description="None: equal to heads (MHA)")
+    head_dim: int | None = Field(default=None, gt=0, description="None: hidden / heads")
+    vocab: int = Field(gt=0)
+    tied_embeddings: bool = False
+    learned_position_embeddings: bool = Field(
+        default=False, description="GPT-2/3 style absolute position table (max_positions x hidden)"
+    )
+    max_positions: int = Field(default=2048, gt=0)
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    description: str | None = None
+    sources: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(
+                f"kv_heads ({self.kv_heads}) must divide heads ({self.heads}); "
+                f"valid: a divisor of {self.heads}"
+            )
+        if self.head_dim is None and self.mla is None and self.hidden % self.heads:
+            raise ValueError("head_dim is required when heads does not divide hidden")
+        if self.moe is not None and self.moe.dense_layers > self.layers:
+            raise ValueError("moe.dense_layers exceeds layers")
+        return self
+
+    # ---- derived shapes -------------------------------------------------------------------
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Layers whose channel mixer is an MoE block."""
+        if self.moe is None:
+            return 0
+        rest = self.layers - self.moe.dense_layers
+        return (rest + self.moe.layer_freq - 1) // self.moe.layer_freq
+
+    @property
+    def n_dense_layers(self) -> int:
+        return self.layers - self.n_moe_layers
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads together (per token)."""
+        if self.mla:
+            return self.heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
+        return self.heads * self.d_head
+
+    @property
+    def v_dim(self) -> int:
+        """Width of all value heads together (= input width of the output projection)."""
+        if self.mla:
+            return self.heads * self.mla.v_head_dim
+        return self.heads * self.d_head
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K (= V) over all KV heads, per token, for GQA/MHA."""
+        return self.n_kv_heads * self.d_head
+
+    # ---- parameter counts (elements) --------------------------------------------------------
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections and any latent norms)."""
+        h = self.hidden
+        if self.mla:
+            m = self.mla
+            qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank:
+                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * self.heads * qk_head
+            else:
+                q = h * self.heads * qk_head
+            kv = (
+                h * (m.kv_lora_rank + m.qk_rope_head_dim)
+                + m.kv_lora_rank
+                + m.kv_lora_rank * self.heads * (m.qk_nope_head_dim + m.v_head_dim)
+            )
+            return q + kv + self.v_dim * h
+        return h * self.q_dim + 2 * h * self.kv_dim + self.v_dim * h
+
+    def mlp_params(self, ffn: int) -> int:
+        """Parameters of one MLP of width ``ffn`` (3 matrices when gated, else 2)."""
+        return (3 if self.gated else 2) * self.hidden * ffn
+
+    def moe_layer_params(self) -> tuple[int, int]:
+        """(total, active per token) parameters of one MoE channel mixer incl. router."""
+        assert self.moe is not None
+        m = self.moe
+        expert = self.mlp_params(m.expert_ffn_hidden)
+        shared = m.shared_experts * self.mlp_params(m.shared_expert_ffn_hidden or m.expert_ffn_hidden)
+        router = self.hidden * m.experts
+        return m.experts * expert + shared + router, m.top_k * expert + shared + router
+
+    def norm_params_per_layer(self) -> int:
+        return 2 * self.hidden * (2 if self.activation == "gelu" else 1)
+
+    def embedding_params(self) -> int:
+        """Input embedding (+ learned positions) and the output projection when untied."""
+        emb = self.vocab * self.hidden
+        if self.learned_position_embeddings:
+            emb += self.max_positions * self.hidden
+        return emb + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    def param_counts(self) -> tuple[int, int]:
+        """(total, active per token) parameter counts, embeddings included."""
+        per_layer = self.attention_params() + self.norm_params_per_layer()
+        dense_mlp = self.mlp_params(self.ffn_hidden)
+        total = self.layers * per_layer + self.n_dense_layers * dense_mlp
+        active = total
+        if self.moe:
+            moe_total, moe_active = self.moe_layer_params()
+            total += self.n_moe_layers * moe_total
+            active += self.n_moe_layers * moe_active
+        final_norm = self.hidden
+        emb = self.embedding_params()
+        return total + emb + final_norm, active + emb + final_norm
+
+    @property
+    def total_params(self) -> int:
+        return self.param_counts()[0]
+
+    @property
+    def active_params(self) -> int:
+        return self.param_counts()[1]

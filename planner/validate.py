@@ -1,0 +1,172 @@
+"""``planner validate``: simulate published training runs and compare with their measurements.
+
+Implements shared/validation/README.md (schema version 1): cases in, one JSON object out.
+A case that cannot be read gets status "error" with the field at fault; the run goes on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.profile import CalibrationProfile
+from planner.simulate import simulate_step
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.loading import load_cluster, read_yaml_text
+from planner.specs.model import ModelSpec
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CaseLayout(_Strict):
+    tp: int = Field(gt=0)
+    pp: int = Field(gt=0)
+    dp: int = Field(gt=0)
+    cp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+    vpp: int | None = Field(default=None, gt=0)
+    sequence_parallel: bool = False
+    zero: Literal[0, 1, 2, 3] = 0
+
+
+class CaseTraining(_Strict):
+    seq_len: int = Field(gt=0)
+    micro_batch: int | None = Field(default=None, gt=0)
+    global_batch: int = Field(gt=0)
+    recompute: Literal["none", "selective", "full"] = "none"
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+
+
+class CaseMeasured(_Strict):
+    tokens_per_s_per_gpu: float = Field(gt=0)
+    mfu_pct: float | None = None
+    peak_memory_gib: float | None = Field(default=None, gt=0)
+
+
+class Case(_Strict):
+    id: str
+    source: str
+    quality: Literal["verified_primary", "verified_secondary", "partial"]
+    scored: bool = True
+    model: ModelSpec
+    cluster: str
+    num_gpus: int = Field(gt=0)
+    framework: str = ""
+    layout: CaseLayout
+    training: CaseTraining
+    measured: CaseMeasured
+    notes: str = ""
+
+
+def framework_overlaps(framework: str, sequence_parallel: bool, tp: int) -> dict[str, bool]:
+    """Overlap switches a framework turns on by default in its published performance recipes.
+
+    NeMo and Megatron-Bridge performance recipes enable Transformer Engine TP communication
+    overlap with sequence parallelism (NeMo ``tp_comm_overlap``); Megatron-LM leaves it opt-in
+    (``--tp-comm-overlap``); all overlap DP gradient reduction.
+    """
+    fw = framework.lower()
+    tp_overlap = sequence_parallel and tp > 1 and ("nemo" in fw or "bridge" in fw)
+    return {"overlap_tp_comm": tp_overlap, "overlap_dp_grad_reduce": True,
+            "overlap_zero3_param_gather": True}
+
+
+def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[str]]:
+    """Specs for one case, and the assumptions made where the case is silent."""
+    notes = []
+    cl = load_cluster(case.cluster)
+    lay = case.layout
+    mb = case.training.micro_batch
+    if mb is None:
+        mb = 1
+        notes.append("micro_batch not published: assumed 1")
+    layout = Layout(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp,
+                    sequence_parallel=lay.sequence_parallel, zero=lay.zero,
+                    **framework_overlaps(case.framework, lay.sequence_parallel, lay.tp))
+    t = case.training
+    training = Training(seq_len=t.seq_len, global_batch=t.global_batch, micro_batch=mb,
+                        recompute=t.recompute, precision=t.precision)
+    if layout.world_size != case.num_gpus:
+        raise PlannerError("layout", f"tp*cp*dp*pp = {layout.world_size} but num_gpus = "
+                           f"{case.num_gpus}", "factors whose product equals num_gpus")
+    return case.model, cl, layout, training, notes
+
+
+def run_case(raw: Any, profile_for: Any) -> dict:
+    """Simulate one raw case mapping; never raises."""
+    case_id = raw.get("id", "?") if isinstance(raw, dict) else "?"
+    out: dict[str, Any] = {
+        "id": case_id, "status": "error", "reason": "", "predicted_tokens_per_s_per_gpu": None,
+        "measured_tokens_per_s_per_gpu": None, "error_pct": None, "predicted_mfu_pct": None,
+        "predicted_peak_memory_gib": None, "measured_peak_memory_gib": None,
+    }
+    try:
+        if not isinstance(raw, dict):
+            raise PlannerError("case", "expected a mapping", "a case of schema version 1")
+        try:
+            case = Case.model_validate(raw)
+        except ValidationError as exc:
+            raise pydantic_error_to_planner(exc) from None
+        out["measured_tokens_per_s_per_gpu"] = case.measured.tokens_per_s_per_gpu
+        out["measured_peak_memory_gib"] = case.measured.peak_memory_gib
+        out["scored"] = case.scored
+        out["cluster"] = case.cluster
+        out["source"] = case.source.split(",")[0]
+        model, cl, layout, training, notes = case_inputs(case)
+        rep = simulate_step(model, cl, layout, training, profile_for(cl))
+    except PlannerError as exc:
+        out["reason"] = str(exc)
+        return out
+    pred = rep.tokens_per_s_per_gpu
+    meas = case.measured.tokens_per_s_per_gpu
+    out.update({
+        "status": "ok" if rep.fits else "infeasible",
+        "reason": "; ".join(notes + rep.feasibility),
+        "predicted_tokens_per_s_per_gpu": round(pred, 2),
+        "error_pct": round((pred - meas) / meas * 100.0, 2),
+        "predicted_mfu_pct": round(rep.mfu_pct, 2),
+        "predicted_peak_memory_gib": round(rep.peak_memory_gib, 2),
+    })
+    return out
+
+
+def summarize(cases: list[dict]) -> dict:
+    """Error summary over scored cases with status ok (shared/validation/README.md)."""
+    ok = [c for c in cases if c["status"] == "ok"]
+    scored = [c for c in ok if c.get("scored", True)]
+    ape = np.array([abs(c["error_pct"]) for c in scored], dtype=float)
+    mem = [abs(c["predicted_peak_memory_gib"] - c["measured_peak_memory_gib"])
+           / c["measured_peak_memory_gib"] * 100 for c in ok
+           if c.get("measured_peak_memory_gib")]
+
+    def stat(fn: Any) -> float | None:
+        return round(float(fn(ape)), 2) if ape.size else None
+
+    return {
+        "n": len(cases), "n_ok": len(ok), "n_scored": len(scored),
+        "mape_pct": stat(np.mean), "median_ape_pct": stat(np.median),
+        "p90_ape_pct": stat(lambda a: np.percentile(a, 90)), "max_ape_pct": stat(np.max),
+        "memory_mape_pct": round(float(np.mean(mem)), 2) if mem else None,
+    }
+
+
+def validate_file(path: str | Path, profile_for: Any) -> dict:
+    """Run every case of a validation file; ``profile_for(cluster) -> CalibrationProfile``."""
+    p = Path(path)
+    if not p.is_file():
+        raise PlannerError("FILE", f"file not found: {p}", "a validation YAML file")
+    data = read_yaml_text(p.read_text(), "FILE") if p.stat().st_size <= 50_000_000 else None
+    if not isinstance(data, list):
+        raise PlannerError("FILE", "expected a YAML list of cases", "schema version 1")
+    cases = [run_case(raw, profile_for) for raw in data]
+    return {"cases": cases, "summary": summarize(cases)}
+
+
+__all__ = ["Case", "CalibrationProfile", "run_case", "summarize", "validate_file"]
