@@ -3,7 +3,7 @@
     python -m calibration.fit_public_profiles      # writes calibration/profiles/<accelerator>.json
 
 Inputs are the public figures transcribed in shared/reference/hardware.md, repeated below with
-their sources so the fit is reproducible from this repository alone. No validation case is used.
+their sources so the fit is reproducible from this repository alone. No validation case is used here, except through the two global numbers below.
 
 * GEMM: Maximum Achievable Matmul FLOPS (stas00/ml-engineering, compute/accelerator/README.md):
   eta_max = MAMF / peak / s(M) s(N) s(K) at the best shape, s(d) = d / (d + dim_half).
@@ -17,6 +17,8 @@ their sources so the fit is reproducible from this repository alone. No validati
   NIC efficiency 47/50 from the NVIDIA maintainer's "46-48 GB/s per NDR NIC" (nccl-tests #290);
   hierarchical overlap fitted to the 4-node B200 all-reduce (4 GiB: 22.05 ms, 1 node 740.64
   GB/s busbw); NCCL base latency 8.4 us (tuning.cc baseLat Ring/Simple).
+* In-training parameters (sustained_fraction, overlap_contention): the two global numbers
+  fitted by calibration/fit_global.py on the public validation set (see docs/validation.md).
 * Memory-bound kernels: 0.85 of HBM peak, the low end of the 85-92% streaming ceiling noted in
   hardware.md B8 (weakly sourced; replaced by measurement in `planner calibrate`).
 """
@@ -69,6 +71,8 @@ FA2_BWD = np.array([90, 122, 145, 165, 175, 186], dtype=float)
 A100_PEAK = 312.0
 # FlashAttention-3, H100, FP16, causal d=128 fwd 616; non-causal d=128 bwd 561 TFLOP/s at 16k.
 FA3_FWD_16K, FA3_BWD_16K, H100_PEAK = 616.0, 561.0, 989.0
+# FlashAttention-2 on H100 (FA3 paper baseline column): fwd causal d128 335, bwd d128 322 at 16k
+FA2_H100_FWD_16K, FA2_H100_BWD_16K = 335.0, 322.0
 BLACKWELL_ATTN_SPEEDUP = 1.88  # FA4 on B200 / FA3 on H200, attention fwd+bwd at 8k
 # Ring all-reduce busbw / NVLink spec at 16 GiB (hardware.md B4)
 SCALE_UP_ETA = {"a100": 234.89 / 300, "h100": 367.2 / 450, "h200": 367.2 / 450,
@@ -104,6 +108,7 @@ def fit_hierarchical_overlap() -> float:
 def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: float) -> dict:
     accel = load_accelerator(accel_id)
     fam = FAMILY[accel_id]
+    glob = global_params()
     eta = {}
     raw = {"mamf": {}}
     for prec, (tflops, dims) in MAMF[fam].items():
@@ -125,19 +130,32 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
     elif fam == "mi300x":
         ratio = eta["bf16"] / (MAMF["a100"]["bf16"][0] / 312 / _shape(MAMF["a100"]["bf16"][1]))
         ef, eb = ef * ratio, eb * ratio
+    sat16k = 16384 / (16384 + half)
+    flash2 = None
+    if fam in ("h100", "h200", "b200", "gb200", "b300"):
+        # FA2 uses no Hopper/Blackwell-specific features: same absolute TFLOP/s as on H100
+        # (assumption for Blackwell, where no FA2 figure is published)
+        scale = H100_PEAK / accel.peak_tflops.fp16
+        flash2 = AttentionEfficiency(
+            eta_max_fwd=round(FA2_H100_FWD_16K / H100_PEAK / sat16k * scale, 4),
+            eta_max_bwd=round(FA2_H100_BWD_16K / H100_PEAK / sat16k * scale, 4),
+            seq_half=round(half, 1))
     profile = CalibrationProfile(
         id=accel_id,
         accelerator=accel_id,
         method="fitted from public figures by calibration/fit_public_profiles.py",
         gemm=GemmEfficiency(eta_max={k: round(v, 4) for k, v in eta.items()},
-                            dim_half=DIM_HALF, fixed_us=GEMM_FIXED_US),
+                            dim_half=DIM_HALF, fixed_us=GEMM_FIXED_US,
+                            sustained_fraction=glob["sustained_fraction"]),
         attention=AttentionEfficiency(eta_max_fwd=round(min(ef, 1.0), 4),
                                       eta_max_bwd=round(min(eb, 1.0), 4),
                                       seq_half=round(half, 1)),
+        attention_flash2=flash2,
         memory=MemoryEfficiency(eta_hbm=ETA_HBM, fixed_us=MEM_FIXED_US),
         comm=CommEfficiency(scale_up_eta=round(SCALE_UP_ETA[fam], 4), scale_out_eta=NIC_ETA,
                             base_latency_us=NCCL_BASE_LATENCY_US,
-                            hierarchical_overlap=round(overlap, 4)),
+                            hierarchical_overlap=round(overlap, 4),
+                            overlap_contention=glob["overlap_contention"]),
         sources=[
             "GEMM: stas00/ml-engineering compute/accelerator/README.md MAMF tables",
             "attention: FlashAttention-2 (arXiv 2307.08691) Figs. 4-6; FlashAttention-3 "
@@ -149,6 +167,18 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
         raw=raw | {"measured_family": fam},
     )
     return profile.model_dump()
+
+
+GLOBAL_PARAMS = Path(__file__).resolve().parent / "global_params.json"
+
+
+def global_params() -> dict[str, float]:
+    """In-training parameters fitted by calibration/fit_global.py (1.0 / 0.0 before a fit)."""
+    if GLOBAL_PARAMS.is_file():
+        data = json.loads(GLOBAL_PARAMS.read_text())
+        return {"sustained_fraction": data["sustained_fraction"],
+                "overlap_contention": data["overlap_contention"]}
+    return {"sustained_fraction": 1.0, "overlap_contention": 0.0}
 
 
 def main() -> None:

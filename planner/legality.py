@@ -40,10 +40,11 @@ def check_layout(model: ModelSpec, cluster: Cluster, layout: Layout, training: T
         if model.moe.experts % layout.ep:
             raise PlannerError("layout.ep", f"ep={layout.ep} does not divide "
                                f"experts={model.moe.experts}", _divisors(model.moe.experts))
-        if (layout.dp * layout.cp) % layout.ep:
-            raise PlannerError("layout.ep", f"ep={layout.ep} must divide dp*cp="
-                               f"{layout.dp * layout.cp} (EP is carved out of DP x CP)",
-                               _divisors(layout.dp * layout.cp))
+        grid = layout.tp * layout.dp * layout.cp
+        if grid % layout.ep:
+            raise PlannerError("layout.ep", f"ep={layout.ep} must divide tp*dp*cp={grid} "
+                               "(expert parallelism is carved out of TP x DP x CP)",
+                               _divisors(grid))
     per_step = training.micro_batch * layout.dp
     if training.global_batch % per_step:
         raise PlannerError(

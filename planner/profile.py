@@ -32,6 +32,12 @@ class GemmEfficiency(_Frozen):
     eta_max: dict[str, float] = Field(description="large-GEMM efficiency per precision (0..1]")
     dim_half: float = Field(gt=0, description="GEMM dimension at which s(d) = 0.5, elements")
     fixed_us: float = Field(ge=0, description="per-kernel launch and tail overhead, us")
+    sustained_fraction: float = Field(
+        default=1.0, gt=0, le=1,
+        description="in-training over microbenchmark throughput (sustained clocks under power "
+        "and thermal limits, interleaved kernels); applies to GEMMs and attention; fitted "
+        "globally by calibration/fit_global.py",
+    )
 
 
 class AttentionEfficiency(_Frozen):
@@ -61,6 +67,11 @@ class CommEfficiency(_Frozen):
     hierarchical_overlap: float = Field(
         ge=0, le=1, description="fraction of the smaller of intra/inter phases hidden by pipelining"
     )
+    overlap_contention: float = Field(
+        default=0.0, ge=0, le=1,
+        description="share of overlapped communication time still paid by compute (NCCL "
+        "kernels take SMs and HBM bandwidth); fitted globally by calibration/fit_global.py",
+    )
 
 
 class CalibrationProfile(_Frozen):
@@ -72,6 +83,9 @@ class CalibrationProfile(_Frozen):
     method: str = Field(description="how the figures were obtained")
     gemm: GemmEfficiency
     attention: AttentionEfficiency
+    attention_flash2: AttentionEfficiency | None = Field(
+        default=None, description="FlashAttention-2 (architecture-generic kernel); None: as fused"
+    )
     memory: MemoryEfficiency
     comm: CommEfficiency
     sources: list[str] = Field(default_factory=list)

@@ -39,9 +39,19 @@ def _layer_costs(model: ModelSpec, layout: Layout, training: Training, moe: bool
     tokens = flops.tokens_per_gpu(layout, training)
     lf = flops.layer_flops(model, layout, training, moe)
     g_f, g_b = compute.gemms_time_s(lf.gemms, dev)
-    a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev)
+    if training.attention_kernel == "unfused":
+        if model.mla:
+            d_qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+            d_v = model.mla.v_head_dim
+        else:
+            d_qk = d_v = model.d_head
+        a_f, a_b = compute.unfused_attention_time_s(tokens, training.seq_len,
+                                                    model.heads / layout.tp, d_qk, d_v,
+                                                    training.dropout, dev)
+    else:
+        a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev)
     ew = elementwise.layer_elementwise(model, layout, tokens, moe, lf.gemms,
-                                       training.precision == "fp8")
+                                       training.precision == "fp8", training.dropout)
     e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
 
     # TP: 2 all-reduces forward and 2 backward (or all-gather + reduce-scatter pairs with SP, the
@@ -54,8 +64,8 @@ def _layer_costs(model: ModelSpec, layout: Layout, training: Training, moe: bool
         one = comms.collective_time_s("all_reduce", act_bytes, groups.tp, fabric)
     tp_f = tp_b = 2.0 * one
     if layout.overlap_tp_comm:
-        tp_f -= min(TP_OVERLAP_FRACTION * tp_f, g_f)
-        tp_b -= min(TP_OVERLAP_FRACTION * tp_b, g_b)
+        tp_f = comms.exposed_time_s(tp_f, g_f, fabric, 1.0 - TP_OVERLAP_FRACTION)
+        tp_b = comms.exposed_time_s(tp_b, g_b, fabric, 1.0 - TP_OVERLAP_FRACTION)
 
     # CP: ring exchange of K and V chunks, overlapped with the attention blocks it feeds; the
     # backward also returns dK and dV (Megatron-Core / Transformer Engine context parallelism).
@@ -68,8 +78,8 @@ def _layer_costs(model: ModelSpec, layout: Layout, training: Training, moe: bool
             kv_width = 2 * model.kv_dim
         chunk = tokens * kv_width / layout.tp * elementwise.ACT_BYTES
         hop = comms.collective_time_s("send_recv", chunk, groups.cp, fabric)
-        cp_f = max((layout.cp - 1) * hop - a_f, 0.0)
-        cp_b = max(2 * (layout.cp - 1) * hop - a_b, 0.0)
+        cp_f = comms.exposed_time_s((layout.cp - 1) * hop, a_f, fabric)
+        cp_b = comms.exposed_time_s(2 * (layout.cp - 1) * hop, a_b, fabric)
 
     # EP: token dispatch and combine all-to-all, forward and backward, not overlapped.
     ep_f = ep_b = 0.0
@@ -97,10 +107,12 @@ def _mix(a: _Layer, wa: float, b: _Layer | None, wb: float) -> dict[str, float]:
 
 def default_assumptions(layout: Layout, training: Training) -> list[str]:
     """Modelling assumptions that apply to this run, printed with the report."""
-    notes = ["fused (flash) attention; no dropout",
-             f"gradients reduced in {'fp16' if training.precision == 'fp16' else 'fp32'}"]
-    if layout.ep > 1 or layout.tp > 1:
-        notes.append("expert tensor parallel size = tp (Megatron-Core default)")
+    kernel = {"fused": "fused (flash) attention", "flash2": "FlashAttention-2",
+              "unfused": "unfused attention (materialised scores)"}[training.attention_kernel]
+    notes = [f"{kernel}; {'with' if training.dropout else 'no'} dropout",
+             f"gradient buffer and DP reduction in {training.grad_reduce_dtype}"]
+    if layout.ep > 1:
+        notes.append(f"expert tensor parallel size = {layout.expert_tp}; balanced routing")
     if layout.overlap_tp_comm:
         notes.append(f"TP comm overlap hides up to {TP_OVERLAP_FRACTION:.0%} behind GEMMs")
     return notes
@@ -116,10 +128,10 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     if check:
         check_layout(model, cluster, layout, training)
     accel = cluster.accelerator
-    dev = compute.make_device(accel, profile, training.precision)
+    dev = compute.make_device(accel, profile, training.precision, training.attention_kernel)
     fabric = comms.make_fabric(cluster, profile)
     groups = comms.place_groups(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep,
-                                fabric.domain_gpus)
+                                fabric.domain_gpus, layout.expert_tp)
     m = pipeline.microbatches_per_step(training.global_batch, training.micro_batch, layout.dp)
     tokens = flops.tokens_per_gpu(layout, training)
     vpp = layout.virtual_stages
@@ -161,7 +173,8 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
         shared = moe_total - router - model.moe.experts * model.mlp_params(
             model.moe.expert_ffn_hidden)
         dense_layer_params += frac_moe * (router + shared / layout.tp)
-        expert_layer_params = frac_moe * (moe_total - router - shared) / (layout.ep * layout.tp)
+        expert_layer_params = frac_moe * (moe_total - router - shared) / (
+            layout.ep * layout.expert_tp)
     emb_params = model.vocab * model.hidden / layout.tp
     first_dense = stage_layers * dense_layer_params + emb_params
     last_dense = stage_layers * dense_layer_params + (
@@ -174,10 +187,10 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     local_params = max(first_dense, last_dense) + stage_experts
 
     # ---- data-parallel gradient and parameter traffic ------------------------------------
-    grad_b = 2.0 if training.precision == "fp16" else 4.0
+    grad_b = memory.grad_bytes(training)
     dp_group = groups.dp_cp
-    edp = max(1, layout.dp * layout.cp // layout.ep)
-    edp_group = comms.place(edp, layout.tp * layout.ep, fabric.domain_gpus)
+    edp = max(1, layout.tp * layout.dp * layout.cp // (layout.ep * layout.expert_tp))
+    edp_group = comms.place(edp, layout.ep * layout.expert_tp, fabric.domain_gpus)
     stage_fwd = stage_layers * per_layer["fwd"]
     stage_bwd = stage_layers * (per_layer["bwd"] + per_layer["recompute"])
     dense_p = max(first_dense, last_dense)
@@ -195,8 +208,8 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
         rs = coll("reduce_scatter", grad_b)
         if layout.overlap_zero3_param_gather:
             first_layer = ag / max(stage_layers, 1.0)
-            dp_per_mb = (max(ag - stage_fwd, 0.0) + max(ag + rs - stage_bwd, 0.0)
-                         + first_layer)
+            dp_per_mb = (comms.exposed_time_s(ag, stage_fwd, fabric)
+                         + comms.exposed_time_s(ag + rs, stage_bwd, fabric) + first_layer)
         else:
             dp_per_mb = 2 * ag + rs
     else:
@@ -207,8 +220,8 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
             reduce = coll("reduce_scatter", grad_b)
             gather = coll("all_gather", 2.0)
         if layout.overlap_dp_grad_reduce:
-            reduce = max(reduce - stage_bwd, reduce * bucket_frac)
-            gather = max(gather - stage_fwd, gather * bucket_frac)
+            reduce = comms.exposed_time_s(reduce, stage_bwd, fabric, bucket_frac)
+            gather = comms.exposed_time_s(gather, stage_fwd, fabric, bucket_frac)
         dp_step = reduce + gather
 
     # ---- stage times and the pipeline ----------------------------------------------------
@@ -275,7 +288,8 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     # ---- memory ---------------------------------------------------------------------------
     act_dense = (memory.layer_activation_bytes(model, layout, training, False)
                  if n_dense else 0.0)
-    act_moe = memory.layer_activation_bytes(model, layout, training, True) if n_moe else 0.0
+    act_moe = (memory.layer_activation_bytes(model, layout, training, True)
+               if n_moe else 0.0)
     act_layer = act_dense * (1 - frac_moe) + act_moe * frac_moe
     in_flight = memory.layers_in_flight(stage_layers, layout.pp, vpp, m)
     activations = act_layer * in_flight
@@ -284,8 +298,9 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
             model, layout, training.model_copy(update={"recompute": "none"}), bool(n_moe))
         activations += full_one  # one layer recomputed at a time
     logits_mem = memory.logits_bytes(model, layout, training)
-    gathered = 2 * (dense_layer_params + expert_layer_params) if layout.zero >= 3 else 0.0
-    st = memory.state_bytes(dense_p, stage_experts, layout, training.precision, gathered)
+    # ZeRO-3: the unsharded parameters of the layer being computed
+    gathered = (dense_layer_params + expert_layer_params) if layout.zero >= 3 else 0.0
+    st = memory.state_bytes(dense_p, stage_experts, layout, training, gathered)
     if layout.pp > 1:
         # the last stage holds one micro-batch of activations, but the logits
         last_act = act_layer * stage_layers / vpp

@@ -6,6 +6,7 @@ A case that cannot be read gets status "error" with the field at fault; the run 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,6 +79,27 @@ def framework_overlaps(framework: str, sequence_parallel: bool, tp: int) -> dict
             "overlap_zero3_param_gather": True}
 
 
+def framework_kernels(framework: str, source: str) -> dict[str, Any]:
+    """Kernel generation and training defaults a published run most likely used.
+
+    FlashAttention appeared in mid-2022 and reached Megatron/NeMo in 2023: runs published up
+    to 2022 (Megatron-LM papers, Megatron-DeepSpeed) used materialised attention scores and
+    GPT-3-style dropout. llm-foundry's MPT benchmarks use FlashAttention-2. NeMo and
+    Megatron-Bridge performance recipes use cuDNN fused attention and reduce gradients in bf16
+    (``grad_reduce_in_fp32=False``).
+    """
+    fw = framework.lower()
+    years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", source)]
+    legacy = (years and min(years) <= 2022) or "deepspeed" in fw
+    if legacy:
+        return {"attention_kernel": "unfused", "dropout": True}
+    if "foundry" in fw:
+        return {"attention_kernel": "flash2"}
+    if "nemo" in fw or "bridge" in fw:
+        return {"attention_kernel": "fused", "grad_reduce_dtype": "bf16"}
+    return {"attention_kernel": "fused"}
+
+
 def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[str]]:
     """Specs for one case, and the assumptions made where the case is silent."""
     notes = []
@@ -92,7 +114,8 @@ def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[
                     **framework_overlaps(case.framework, lay.sequence_parallel, lay.tp))
     t = case.training
     training = Training(seq_len=t.seq_len, global_batch=t.global_batch, micro_batch=mb,
-                        recompute=t.recompute, precision=t.precision)
+                        recompute=t.recompute, precision=t.precision,
+                        **framework_kernels(case.framework, case.source))
     if layout.world_size != case.num_gpus:
         raise PlannerError("layout", f"tp*cp*dp*pp = {layout.world_size} but num_gpus = "
                            f"{case.num_gpus}", "factors whose product equals num_gpus")

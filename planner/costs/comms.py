@@ -49,6 +49,7 @@ class Fabric:
     base_latency_s: float
     hierarchical_overlap: float
     domain_gpus: int
+    overlap_contention: float = 0.0
 
 
 def make_fabric(cluster: Cluster, profile: CalibrationProfile) -> Fabric:
@@ -62,7 +63,21 @@ def make_fabric(cluster: Cluster, profile: CalibrationProfile) -> Fabric:
         base_latency_s=profile.comm.base_latency_us * 1e-6,
         hierarchical_overlap=profile.comm.hierarchical_overlap,
         domain_gpus=s.scale_up_domain_gpus,
+        overlap_contention=profile.comm.overlap_contention,
     )
+
+
+def exposed_time_s(comm_s: float, window_s: float, fabric: Fabric,
+                   min_exposed_fraction: float = 0.0) -> float:
+    """Seconds of ``comm_s`` left on the critical path when it overlaps ``window_s`` of compute.
+
+    At least ``min_exposed_fraction`` stays exposed (a last bucket, a pipeline fill); the hidden
+    part still costs ``overlap_contention`` of its time (shared SMs and HBM bandwidth).
+    """
+    if comm_s <= 0.0:
+        return 0.0
+    exposed = max(comm_s - window_s, comm_s * min_exposed_fraction, 0.0)
+    return exposed + fabric.overlap_contention * (comm_s - exposed)
 
 
 def place(size: int, stride: int, domain_gpus: int) -> Placement:
@@ -132,13 +147,15 @@ class Groups:
     pp: Placement
 
 
-def place_groups(tp: int, cp: int, dp: int, pp: int, ep: int, domain_gpus: int) -> Groups:
-    """Place all groups for rank order TP (innermost), CP, DP, PP; EP is carved out of DP x CP."""
+def place_groups(tp: int, cp: int, dp: int, pp: int, ep: int, domain_gpus: int,
+                 expert_tp: int | None = None) -> Groups:
+    """Place all groups for rank order TP (innermost), CP, DP, PP; EP is carved out of the
+    ranks next to the expert tensor-parallel group (stride ``expert_tp``, default tp)."""
     return Groups(
         tp=place(tp, 1, domain_gpus),
         cp=place(cp, tp, domain_gpus),
         dp=place(dp, tp * cp, domain_gpus),
         dp_cp=place(dp * cp, tp, domain_gpus),
-        ep=place(ep, tp, domain_gpus),
+        ep=place(ep, tp if expert_tp is None else expert_tp, domain_gpus),
         pp=place(pp, tp * cp * dp, domain_gpus),
     )

@@ -31,22 +31,26 @@ class Device:
     gemm_in_bytes: float  # bytes per GEMM input element (1 for fp8)
 
 
-def make_device(accel: AcceleratorSpec, profile: CalibrationProfile, precision: str) -> Device:
-    """Bind an accelerator and a profile for one training precision."""
+def make_device(accel: AcceleratorSpec, profile: CalibrationProfile, precision: str,
+                attention_kernel: str = "fused") -> Device:
+    """Bind an accelerator and a profile for one training precision and attention kernel."""
     bf16_peak = accel.peak_flops_per_s("bf16")
     gemm_peak = accel.peak_flops_per_s(precision)
+    attn = profile.attention
+    if attention_kernel == "flash2" and profile.attention_flash2 is not None:
+        attn = profile.attention_flash2
     return Device(
         gemm_peak_flops=gemm_peak,
         bf16_peak_flops=bf16_peak,
         hbm_bytes_per_s=accel.hbm_bandwidth_tb_per_s * 1e12 * profile.memory.eta_hbm,
-        gemm_eta=profile.gemm_eta_max(precision),
-        bf16_gemm_eta=profile.gemm_eta_max("bf16"),
+        gemm_eta=profile.gemm_eta_max(precision) * profile.gemm.sustained_fraction,
+        bf16_gemm_eta=profile.gemm_eta_max("bf16") * profile.gemm.sustained_fraction,
         dim_half=profile.gemm.dim_half,
         gemm_fixed_s=profile.gemm.fixed_us * 1e-6,
         mem_fixed_s=profile.memory.fixed_us * 1e-6,
-        attn_eta_fwd=profile.attention.eta_max_fwd,
-        attn_eta_bwd=profile.attention.eta_max_bwd,
-        attn_seq_half=profile.attention.seq_half,
+        attn_eta_fwd=attn.eta_max_fwd * profile.gemm.sustained_fraction,
+        attn_eta_bwd=attn.eta_max_bwd * profile.gemm.sustained_fraction,
+        attn_seq_half=attn.seq_half,
         gemm_in_bytes=1.0 if precision == "fp8" else 2.0,
     )
 
@@ -82,6 +86,31 @@ def attention_time_s(hw_fwd_flops: float, seq_len: float, dev: Device) -> tuple[
     sat = seq_len / (seq_len + dev.attn_seq_half)
     fwd = hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_fwd * sat)
     bwd = 2.5 * hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_bwd * sat)
+    return fwd, bwd
+
+
+def unfused_attention_time_s(tokens: float, seq_len: float, heads: float, d_qk: float,
+                             d_v: float, dropout: bool, dev: Device) -> tuple[float, float]:
+    """(forward, backward) seconds of attention with materialised scores (pre-FlashAttention).
+
+    Two batched GEMMs per head (Q K^T over the full s x s, no causal skip; P V) at bf16 GEMM
+    efficiency, and memory-bound passes over the scores: fused scale-mask-softmax reads and
+    writes 2 B per score, dropout reads 2, writes 2 and a 1 B mask (Korthikanti et al. 2022,
+    section 4.1, count 5as^2b bytes of saved scores); backward moves about twice as much.
+    """
+    seqs = heads * tokens / seq_len  # independent (sequence, head) score matrices
+    qk = gemm_time_s(seq_len, seq_len, d_qk, dev, low_precision=False)
+    pv = gemm_time_s(seq_len, d_v, seq_len, dev, low_precision=False)
+    qk_b = gemm_time_s(seq_len, d_qk, seq_len, dev, False) + gemm_time_s(d_qk, seq_len, seq_len,
+                                                                         dev, False)
+    pv_b = gemm_time_s(seq_len, seq_len, d_v, dev, False) + gemm_time_s(seq_len, d_v, seq_len,
+                                                                        dev, False)
+    scores = seqs * seq_len * seq_len
+    per_score = 4.0 + (5.0 if dropout else 0.0)
+    soft = scores * per_score / dev.hbm_bytes_per_s
+    fix = dev.gemm_fixed_s  # one batched launch per GEMM, not one per matrix
+    fwd = seqs * (qk + pv - 2 * fix) + 2 * fix + soft
+    bwd = seqs * (qk_b + pv_b - 4 * fix) + 4 * fix + 2.0 * soft
     return fwd, bwd
 
 

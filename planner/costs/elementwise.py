@@ -26,7 +26,7 @@ class ElementwiseWork:
 
 
 def layer_elementwise(model: ModelSpec, layout: Layout, tokens: float, moe: bool,
-                      gemms: tuple[Gemm, ...], fp8: bool) -> ElementwiseWork:
+                      gemms: tuple[Gemm, ...], fp8: bool, dropout: bool = False) -> ElementwiseWork:
     """Memory-bound forward work of one layer on one GPU for ``tokens`` tokens.
 
     Norms and residual adds run on the full hidden state, replicated over TP unless sequence
@@ -38,6 +38,8 @@ def layer_elementwise(model: ModelSpec, layout: Layout, tokens: float, moe: bool
     # two norms (read + write) and two residual adds (read 2, write 1)
     hidden_bytes = tokens * h * ACT_BYTES * (2 * 2 + 2 * 3) / seq_split
     kernels = 4.0
+    if dropout:
+        hidden_bytes += 2 * tokens * h * 1 / seq_split  # two 1 B masks (fused bias-dropout-add)
     if moe and model.moe is not None:
         ffn_tokens = tokens * model.moe.top_k
         ffn = model.moe.expert_ffn_hidden

@@ -90,16 +90,16 @@ def moe_gemms(model: ModelSpec, layout: Layout, tokens: float) -> list[Gemm]:
     """Router, routed experts (grouped GEMM, balanced load) and shared experts of one MoE layer.
 
     Each EP rank holds experts/ep experts and, with balanced routing, receives tokens * top_k
-    token-expert pairs; expert weights are TP-split (expert tensor parallel = tp, the
-    Megatron-Core default).
+    token-expert pairs; expert weights are split over the expert tensor-parallel size
+    (``Layout.expert_tp``).
     """
     assert model.moe is not None
     moe = model.moe
     local_experts = moe.experts / layout.ep
     tokens_per_expert = tokens * moe.top_k / local_experts
     gemms = [Gemm("router", tokens, moe.experts, model.hidden)]
-    gemms += mlp_gemms(model, moe.expert_ffn_hidden, layout.tp, tokens_per_expert, "expert",
-                       local_experts)
+    gemms += mlp_gemms(model, moe.expert_ffn_hidden, layout.expert_tp, tokens_per_expert,
+                       "expert", local_experts)
     if moe.shared_experts:
         width = moe.shared_experts * (moe.shared_expert_ffn_hidden or moe.expert_ffn_hidden)
         gemms += mlp_gemms(model, width, layout.tp, tokens, "shared_expert")

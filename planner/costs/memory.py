@@ -3,7 +3,9 @@
 Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, section 3.1; Megatron-LM distributed
 optimizer): per parameter 2 B compute-dtype weights, 4 B fp32 main gradient, 12 B fp32 master
 weight and two moments; ZeRO-1 shards the 12 B, ZeRO-2 also the gradient, ZeRO-3 everything,
-over the DP x CP group. FP8 training keeps an extra 1 B fp8 copy of each weight.
+over the DP x CP group. The gradient buffer is fp32 (4 B) or bf16 (2 B) as configured
+(Megatron ``--grad-reduce-in-bf16``, NeMo ``grad_reduce_in_fp32``); fp16 training keeps fp16
+gradients. With FP8 (Transformer Engine) GEMM inputs are saved for backward in fp8 (1 B).
 
 Activations follow Korthikanti et al. 2022 (Reducing Activation Recomputation in Large
 Transformer Models), Table 2: per layer sbh(34 + 5as/h) bytes without parallelism,
@@ -22,9 +24,7 @@ from planner.specs.model import ModelSpec
 
 GIB = 1024**3
 WEIGHT_BYTES = 2
-GRAD_BYTES = 4
 OPTIMIZER_BYTES = 12
-FP8_WEIGHT_COPY_BYTES = 1
 # Allocator fragmentation and framework workspaces (NCCL buffers, cuBLAS workspace): an
 # assumption of 1 GiB plus 10% of activations, documented in docs/model.md.
 OVERHEAD_FIXED_BYTES = 1.0 * GIB
@@ -43,13 +43,26 @@ def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp:
     return sbh * (10.0 + 24.0 / t + attn_core)
 
 
+def grad_bytes(training: Training) -> float:
+    """Bytes per parameter of the gradient buffer (and of its DP reduction)."""
+    if training.precision == "fp16" or training.grad_reduce_dtype == "bf16":
+        return 2.0
+    return 4.0
+
+
 def layer_activation_bytes(model: ModelSpec, layout: Layout, training: Training, moe: bool,
-                           flash_attention: bool = True, dropout: bool = False) -> float:
+                           flash_attention: bool | None = None,
+                           dropout: bool | None = None) -> float:
     """Bytes one layer keeps for backward, for one micro-batch on one GPU.
 
     Replicated terms (norm inputs, GEMM inputs of the TP region, dropout masks) are split by
     TP only with sequence parallelism; terms inside the TP region always are.
     """
+    if flash_attention is None:
+        flash_attention = training.attention_kernel != "unfused"
+    if dropout is None:
+        dropout = training.dropout
+    gin = 1.0 if training.precision == "fp8" else 2.0  # bytes of a saved GEMM input
     t = layout.tp
     s = training.seq_len / layout.cp
     b = training.micro_batch
@@ -59,7 +72,7 @@ def layer_activation_bytes(model: ModelSpec, layout: Layout, training: Training,
     if training.recompute == "full":
         return 2.0 * tok * h / seq_split
     # replicated (outside the TP region): two norm inputs, QKV input, MLP input, 2 dropout masks
-    replicated = 2 * 2 * tok * h + 2 * tok * h + 2 * tok * h + (2 * tok * h if dropout else 0)
+    replicated = 2 * 2 * tok * h + 2 * gin * tok * h + (2 * tok * h if dropout else 0)
     # inside the TP region
     if model.mla:
         m = model.mla
@@ -68,17 +81,17 @@ def layer_activation_bytes(model: ModelSpec, layout: Layout, training: Training,
         replicated += 2 * tok * (m.kv_lora_rank + (m.q_lora_rank or 0))
     else:
         qkv = 2 * tok * (model.q_dim + 2 * model.kv_dim)
-    attn_out = 2 * tok * model.v_dim
+    attn_out = gin * tok * model.v_dim
     if moe and model.moe is not None:
         routed = tok * model.moe.top_k
-        mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden) + 2 * routed * h
+        mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden, gin) + gin * routed * h
         if model.moe.shared_experts:
             width = model.moe.shared_experts * (model.moe.shared_expert_ffn_hidden
                                                  or model.moe.expert_ffn_hidden)
-            mlp += _mlp_bytes(model, tok, width)
+            mlp += _mlp_bytes(model, tok, width, gin)
         replicated += tok * model.moe.experts * 4  # router logits/probabilities (fp32)
     else:
-        mlp = _mlp_bytes(model, tok, model.ffn_hidden)
+        mlp = _mlp_bytes(model, tok, model.ffn_hidden, gin)
     core = 0.0
     if training.recompute != "selective" and not flash_attention:
         core = (5.0 if dropout else 4.0) * model.heads * s * s * b  # scores, softmax (+mask)
@@ -88,11 +101,11 @@ def layer_activation_bytes(model: ModelSpec, layout: Layout, training: Training,
     return replicated / seq_split + sharded / t
 
 
-def _mlp_bytes(model: ModelSpec, tokens: float, ffn: int) -> float:
-    """fc1 output(s) kept for the activation, and fc2 input: 2 B per element."""
+def _mlp_bytes(model: ModelSpec, tokens: float, ffn: int, gin: float = 2.0) -> float:
+    """fc1 output(s) kept for the activation (2 B) and the fc2 input (``gin`` B) per element."""
     if model.gated:
-        return 2 * tokens * ffn * 3  # gate, up, and their product (fc2 input)
-    return 2 * tokens * ffn * 2  # activation input and output (fc2 input)
+        return tokens * ffn * (2 * 2 + gin)  # gate, up, and their product (fc2 input)
+    return tokens * ffn * (2 + gin)  # activation input and output (fc2 input)
 
 
 def layers_in_flight(layers_per_stage: float, pp: int, vpp: int, microbatches: int,
@@ -120,7 +133,7 @@ class StateBytes:
     optimizer: float
 
 
-def state_bytes(dense_params: float, expert_params: float, layout: Layout, precision: str,
+def state_bytes(dense_params: float, expert_params: float, layout: Layout, training: Training,
                 gathered_params: float = 0.0) -> StateBytes:
     """Model state of one GPU holding ``dense_params`` (sharded over DP x CP by ZeRO) and
     ``expert_params`` (sharded over the expert data-parallel group dp*cp/ep).
@@ -128,13 +141,14 @@ def state_bytes(dense_params: float, expert_params: float, layout: Layout, preci
     ``gathered_params``: ZeRO-3 working set of unsharded parameters (prefetched layers).
     """
     shard = layout.dp * layout.cp
-    expert_shard = max(1, shard // layout.ep)
-    w_b = WEIGHT_BYTES + (FP8_WEIGHT_COPY_BYTES if precision == "fp8" else 0)
+    expert_shard = max(1, layout.tp * shard // (layout.ep * layout.expert_tp))
+    w_b = WEIGHT_BYTES
+    g_b = grad_bytes(training)
 
     def split(params: float, n: int) -> tuple[float, float, float]:
         z = layout.zero
         w = params * w_b / (n if z >= 3 else 1)
-        g = params * GRAD_BYTES / (n if z >= 2 else 1)
+        g = params * g_b / (n if z >= 2 else 1)
         o = params * OPTIMIZER_BYTES / (n if z >= 1 else 1)
         return w, g, o
 

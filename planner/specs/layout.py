@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Recompute = Literal["none", "selective", "full"]
 TrainPrecision = Literal["bf16", "fp16", "fp8"]
 Schedule = Literal["1f1b", "interleaved"]
+AttentionKernel = Literal["fused", "flash2", "unfused"]
+GradDtype = Literal["fp32", "bf16"]
 
 
 class _Frozen(BaseModel):
@@ -26,7 +28,7 @@ class Layout(_Frozen):
     pp: int = Field(default=1, gt=0, description="pipeline parallel size")
     dp: int = Field(default=1, gt=0, description="data parallel size")
     cp: int = Field(default=1, gt=0, description="context parallel size")
-    ep: int = Field(default=1, gt=0, description="expert parallel size (inside dp*cp)")
+    ep: int = Field(default=1, gt=0, description="expert parallel size (inside tp*dp*cp)")
     vpp: int | None = Field(default=None, gt=0, description="virtual stages per pipeline rank")
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = Field(default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params")
@@ -49,6 +51,12 @@ class Layout(_Frozen):
         return self.tp * self.cp * self.dp * self.pp
 
     @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size: tp when EP fits in DP x CP (Megatron-Core default),
+        else 1 (EP then spans the TP ranks too, as with ``--expert-tensor-parallel-size 1``)."""
+        return self.tp if (self.dp * self.cp) % self.ep == 0 else 1
+
+    @property
     def virtual_stages(self) -> int:
         return self.vpp or 1
 
@@ -67,6 +75,15 @@ class Training(_Frozen):
     micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch per DP rank")
     recompute: Recompute = "none"
     precision: TrainPrecision = "bf16"
+    attention_kernel: AttentionKernel = Field(
+        default="fused",
+        description="fused: the accelerator's best fused kernel (cuDNN / FlashAttention-3 on "
+        "Hopper); flash2: FlashAttention-2; unfused: materialised scores + softmax kernels",
+    )
+    dropout: bool = Field(default=False, description="hidden and attention dropout (GPT-3 era)")
+    grad_reduce_dtype: GradDtype = Field(
+        default="fp32", description="dtype of the gradient buffer and its DP reduction"
+    )
 
     @property
     def tokens_per_step(self) -> int:

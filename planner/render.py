@@ -1,0 +1,266 @@
+"""Rich rendering for the ``planner`` CLI: every function prints to the Console it is given.
+
+Units shown: times in seconds (s), memory in GiB (2**30 bytes), throughput in tokens per second,
+MFU/HFU in percent of the dense peak, FLOPs per token in TFLOP (1e12 FLOP).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+
+def _fmt(value: float | None, digits: int = 2, suffix: str = "") -> str:
+    """A number with ``digits`` decimals and thousands separators; '-' for None."""
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def layout_summary(layout: Layout) -> str:
+    """One line describing a layout, e.g. 'TP 8 x PP 4 x DP 32 x CP 1, EP 1, ZeRO 0, ...'."""
+    parts = [
+        f"TP {layout.tp} x PP {layout.pp} x DP {layout.dp} x CP {layout.cp}",
+        f"EP {layout.ep}",
+        f"VPP {layout.vpp or 1}",
+        f"ZeRO {layout.zero}",
+        f"SP {'on' if layout.sequence_parallel else 'off'}",
+        f"schedule {layout.pipeline_schedule}",
+    ]
+    overlaps = [
+        name
+        for name, on in (
+            ("dp", layout.overlap_dp_grad_reduce),
+            ("tp", layout.overlap_tp_comm),
+            ("zero3", layout.overlap_zero3_param_gather),
+        )
+        if on
+    ]
+    parts.append("overlap " + ("+".join(overlaps) if overlaps else "none"))
+    return ", ".join(parts)
+
+
+def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in rows:
+        table.add_row(escape(key), escape(value))
+    return table
+
+
+def render_header(
+    console: Console,
+    report: StepReport,
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+) -> None:
+    """Inputs: model (params in billions), cluster, GPU count, layout and training settings."""
+    total, active = model.param_counts()
+    params = f"{total / 1e9:,.2f} B total"
+    if active != total:
+        params += f", {active / 1e9:,.2f} B active per token"
+    acc = cluster.accelerator
+    rows = [
+        ("model", f"{model.name} ({params})"),
+        (
+            "cluster",
+            f"{cluster.id}: {cluster.spec.name}, {cluster.spec.gpus_per_node} x "
+            f"{acc.name} per node",
+        ),
+        ("GPUs", f"{report.gpus:,}"),
+        ("layout", layout_summary(layout)),
+        (
+            "training",
+            f"seq_len {training.seq_len:,}, global_batch {training.global_batch:,}, "
+            f"micro_batch {training.micro_batch}, {report.microbatches} microbatches "
+            f"per DP rank, recompute {training.recompute}, {training.precision}",
+        ),
+    ]
+    console.print(_kv_table("Inputs", rows))
+
+
+def render_headline(console: Console, report: StepReport, cluster: Cluster) -> None:
+    """Step time (s), tokens/s, tokens/s/GPU, MFU/HFU (%), TFLOP per token and TFLOP/s per GPU."""
+    tflop_per_s_gpu = report.model_flops_per_token * report.tokens_per_s_per_gpu / 1e12
+    rows = [
+        ("step time", _fmt(report.step_time_s, 3, " s")),
+        ("tokens per step", f"{report.tokens_per_step:,}"),
+        ("throughput", _fmt(report.tokens_per_s, 0, " tokens/s")),
+        ("throughput per GPU", _fmt(report.tokens_per_s_per_gpu, 1, " tokens/s/GPU")),
+        ("MFU", _fmt(report.mfu_pct, 1, " %")),
+        ("HFU", _fmt(report.hfu_pct, 1, " %")),
+        ("model FLOPs per token", f"{report.model_flops_per_token / 1e12:.4g} TFLOP"),
+        ("model FLOP rate per GPU", _fmt(tflop_per_s_gpu, 1, " TFLOP/s")),
+        (
+            "memory per GPU",
+            f"{report.peak_memory_gib:,.2f} GiB peak of "
+            f"{report.usable_memory_gib:,.2f} GiB usable: "
+            + ("fits" if report.fits else "does not fit"),
+        ),
+    ]
+    price = cluster.spec.price_per_gpu_hour_usd
+    if price and report.tokens_per_s > 0:
+        usd_per_mtok = price * report.gpus / 3600.0 / report.tokens_per_s * 1e6
+        rows.append(
+            ("cost", f"${usd_per_mtok:,.3f} per million tokens (at ${price:.2f} per GPU-hour)")
+        )
+    console.print(_kv_table("Prediction", rows))
+
+
+def render_time(console: Console, report: StepReport) -> None:
+    """Time breakdown: seconds per category and percent of the step; zero categories omitted."""
+    table = Table(title="Step time breakdown", title_justify="left")
+    table.add_column("category")
+    table.add_column("time (s)", justify="right")
+    table.add_column("% of step", justify="right")
+    step = report.step_time_s or 1.0
+    known = [c for c in TIME_CATEGORIES if c in report.time_breakdown_s]
+    extra = [c for c in report.time_breakdown_s if c not in TIME_CATEGORIES]
+    for cat in known + extra:
+        seconds = report.time_breakdown_s[cat]
+        if seconds == 0:
+            continue
+        table.add_row(escape(cat), _fmt(seconds, 4), _fmt(seconds / step * 100, 1))
+    table.add_section()
+    table.add_row("step", _fmt(report.step_time_s, 4), "100.0", style="bold")
+    console.print(table)
+
+
+def render_memory(console: Console, report: StepReport) -> None:
+    """Per-GPU memory (GiB) on the peak pipeline stage against usable HBM, with the verdict."""
+    table = Table(
+        title=f"Memory per GPU (peak stage: {escape(report.peak_memory_stage)})",
+        title_justify="left",
+    )
+    table.add_column("category")
+    table.add_column("GiB", justify="right")
+    table.add_column("% of usable", justify="right")
+    usable = report.usable_memory_gib or 1.0
+    known = [c for c in MEMORY_CATEGORIES if c in report.memory_breakdown_gib]
+    extra = [c for c in report.memory_breakdown_gib if c not in MEMORY_CATEGORIES]
+    for cat in known + extra:
+        gib = report.memory_breakdown_gib[cat]
+        table.add_row(escape(cat), _fmt(gib, 2), _fmt(gib / usable * 100, 1))
+    table.add_section()
+    table.add_row(
+        "peak",
+        _fmt(report.peak_memory_gib, 2),
+        _fmt(report.peak_memory_gib / usable * 100, 1),
+        style="bold",
+    )
+    table.add_row("usable HBM", _fmt(report.usable_memory_gib, 2), "100.0")
+    console.print(table)
+    headroom = report.memory_headroom_gib
+    if report.fits:
+        console.print(f"[bold green]fits[/]: {headroom:,.2f} GiB headroom")
+    else:
+        over = f"out of memory by {-headroom:,.2f} GiB" if headroom < 0 else "does not fit"
+        console.print(f"[bold red]{over}[/]")
+    for line in report.feasibility:
+        console.print(f"  - {escape(line)}")
+
+
+def render_notes(console: Console, report: StepReport) -> None:
+    """Group placement, assumptions, calibration profile and the MFU convention."""
+    if report.placement:
+        table = Table(title="Group placement", title_justify="left")
+        table.add_column("group")
+        table.add_column("placement")
+        for group, where in report.placement.items():
+            table.add_row(escape(group), escape(where))
+        console.print(table)
+    if report.assumptions:
+        console.print("[bold]Assumptions[/]")
+        for line in report.assumptions:
+            console.print(f"  - {escape(line)}")
+    console.print(f"[bold]Calibration profile[/]: {escape(report.profile or '-')}")
+    console.print(f"[dim]{escape(report.mfu_convention)}[/]")
+
+
+def render_simulation(
+    console: Console,
+    report: StepReport,
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+) -> None:
+    """Everything ``planner simulate`` shows, in reading order."""
+    render_header(console, report, model, cluster, layout, training)
+    render_headline(console, report, cluster)
+    render_time(console, report)
+    render_memory(console, report)
+    render_notes(console, report)
+
+
+def _truncate(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+_STATUS_STYLE = {"ok": "green", "infeasible": "yellow", "unsupported": "yellow", "error": "red"}
+
+
+def render_validation(console: Console, result: dict[str, Any]) -> None:
+    """Validation cases (tokens/s/GPU, signed error %, MFU %, memory GiB) and the summary."""
+    table = Table(title="Validation cases", title_justify="left")
+    table.add_column("id", overflow="fold")
+    table.add_column("status", min_width=6)
+    for name in (
+        "predicted\ntok/s/GPU",
+        "measured\ntok/s/GPU",
+        "error\n%",
+        "predicted\nMFU %",
+        "memory GiB\npred / meas",
+    ):
+        table.add_column(name, justify="right")
+    table.add_column("reason", min_width=20, overflow="fold")
+    for case in result.get("cases", []):
+        status = str(case.get("status", "?"))
+        style = _STATUS_STYLE.get(status, "")
+        scored = "" if case.get("scored", True) else " (unscored)"
+        memory = (
+            f"{_fmt(case.get('predicted_peak_memory_gib'), 1)} / "
+            f"{_fmt(case.get('measured_peak_memory_gib'), 1)}"
+        )
+        table.add_row(
+            escape(str(case.get("id", "?"))),
+            f"[{style}]{escape(status)}[/]{scored}" if style else escape(status) + scored,
+            _fmt(case.get("predicted_tokens_per_s_per_gpu"), 1),
+            _fmt(case.get("measured_tokens_per_s_per_gpu"), 1),
+            _fmt(case.get("error_pct"), 1),
+            _fmt(case.get("predicted_mfu_pct"), 1),
+            memory,
+            escape(_truncate(str(case.get("reason") or ""))),
+        )
+    console.print(table)
+    s = result.get("summary", {})
+    rows = [
+        ("cases", f"{s.get('n', 0)} ({s.get('n_ok', 0)} ok, {s.get('n_scored', 0)} scored)"),
+        ("MAPE (tokens/s/GPU)", _fmt(s.get("mape_pct"), 2, " %")),
+        ("median APE", _fmt(s.get("median_ape_pct"), 2, " %")),
+        ("p90 APE", _fmt(s.get("p90_ape_pct"), 2, " %")),
+        ("max APE", _fmt(s.get("max_ape_pct"), 2, " %")),
+        ("memory MAPE", _fmt(s.get("memory_mape_pct"), 2, " %")),
+    ]
+    console.print(_kv_table("Summary (scored cases with status ok)", rows))
+
+
+def render_list(console: Console, kind: str, rows: list[tuple[str, str]]) -> None:
+    """Shipped spec ids of one kind with a short description."""
+    table = Table(title=f"Shipped {kind}", title_justify="left")
+    table.add_column("id")
+    table.add_column("description")
+    for spec_id, description in rows:
+        table.add_row(escape(spec_id), escape(description))
+    console.print(table)

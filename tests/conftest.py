@@ -1,0 +1,56 @@
+"""Shared fixtures: shipped clusters and a builder for small, hand-checkable model specs."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.specs.model import ModelSpec
+
+
+def _make_gpt(
+    layers: int = 4,
+    hidden: int = 1024,
+    heads: int = 16,
+    vocab: int = 32000,
+    ffn_mult: int = 4,
+    **overrides,
+) -> ModelSpec:
+    """A GPT-2/3-style model: MHA, GeLU MLP of width ffn_mult * hidden, untied, no position table."""
+    fields = dict(
+        name="test-gpt",
+        layers=layers,
+        hidden=hidden,
+        ffn_hidden=ffn_mult * hidden,
+        activation="gelu",
+        heads=heads,
+        vocab=vocab,
+    )
+    fields.update(overrides)
+    return ModelSpec(**fields)
+
+
+@pytest.fixture(scope="session")
+def make_gpt():
+    """Factory for GPT-style test models (see ``_make_gpt``)."""
+    return _make_gpt
+
+
+@pytest.fixture(scope="session")
+def h100():
+    return planner.load_cluster("dgx-h100")
+
+
+@pytest.fixture(scope="session")
+def a100():
+    return planner.load_cluster("dgx-a100-80gb")
+
+
+@pytest.fixture(scope="session")
+def llama8b():
+    return planner.load_model("llama3.1-8b")
+
+
+@pytest.fixture(scope="session")
+def llama70b():
+    return planner.load_model("llama3.1-70b")

@@ -1,0 +1,240 @@
+"""The ``planner`` console script: output, JSON, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.cli import main
+
+README_EXAMPLE = [
+    "simulate",
+    "--model",
+    "llama3.1-70b",
+    "--cluster",
+    "dgx-h100",
+    "--gpus",
+    "1024",
+    "--tp",
+    "8",
+    "--pp",
+    "4",
+    "--global-batch",
+    "1024",
+    "--seq-len",
+    "8192",
+]
+SMALL = ["simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100"]
+PUBLIC_CASES = Path("/work/shared/validation/public.yaml")
+if not PUBLIC_CASES.is_file():
+    PUBLIC_CASES = Path(__file__).resolve().parents[1] / "shared" / "validation" / "public.yaml"
+
+
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run argv, assert exit status 2 and a single stderr line; return that line."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in captured.err
+    return lines[0]
+
+
+def test_simulate_readme_example_prints_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(README_EXAMPLE) == 0
+    out = capsys.readouterr().out
+    for text in (
+        "tokens/s",
+        "MFU",
+        "HFU",
+        "step time",
+        "llama3.1-70b",
+        "usable HBM",
+        "compute_gemm",
+        "Group placement",
+        "MFU = model FLOPs per token",
+    ):
+        assert text in out, text
+
+
+def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*README_EXAMPLE, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["step_time_s"] > 0
+    assert data["tokens_per_s_per_gpu"] > 0
+    assert set(data["time_breakdown_s"]) >= {"compute_gemm", "tp_comm", "pipeline_bubble"}
+    assert "weights" in data["memory_breakdown_gib"]
+    assert data["layout"]["dp"] == 32  # derived: 1024 / (8 * 4 * 1)
+    assert data["training"]["seq_len"] == 8192
+    assert data["model"]["name"] == "llama3.1-70b"
+    assert data["cluster"]["id"] == "dgx-h100"
+
+
+def test_dp_derived_and_explicit_agree(capsys: pytest.CaptureFixture[str]) -> None:
+    base = [*SMALL, "--gpus", "16", "--tp", "2", "--global-batch", "64", "--json"]
+    assert main(base) == 0
+    derived = json.loads(capsys.readouterr().out)
+    assert derived["layout"]["dp"] == 8
+    assert main([*base, "--dp", "8"]) == 0
+    explicit = json.loads(capsys.readouterr().out)
+    assert explicit["step_time_s"] == pytest.approx(derived["step_time_s"])
+
+
+def test_dp_not_derivable(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error(capsys, [*SMALL, "--gpus", "12", "--tp", "8", "--global-batch", "64"])
+    assert "layout.dp" in line
+
+
+def test_tp_not_dividing_heads(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error(capsys, [*SMALL, "--gpus", "24", "--tp", "3", "--global-batch", "64"])
+    assert "layout.tp" in line
+
+
+def test_gpus_not_product_of_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error(
+        capsys, [*SMALL, "--gpus", "64", "--tp", "8", "--dp", "4", "--global-batch", "64"]
+    )
+    assert "layout" in line and "gpus = 64" in line
+
+
+@pytest.mark.parametrize("batch", [["--global-batch", "-8"], ["--global-batch=-8"]])
+def test_negative_global_batch(capsys: pytest.CaptureFixture[str], batch: list[str]) -> None:
+    line = _error(capsys, [*SMALL, "--gpus", "8", *batch])
+    assert "global_batch" in line
+
+
+def test_unknown_model_lists_valid_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error(
+        capsys,
+        [
+            "simulate",
+            "--model",
+            "no-such-model",
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+        ],
+    )
+    assert "model" in line and "llama3.1-70b" in line
+
+
+def test_malformed_yaml_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: broken\nlayers: [1, 2\nhidden: 4096\n")
+    line = _error(
+        capsys,
+        [
+            "simulate",
+            "--model",
+            str(path),
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+        ],
+    )
+    assert "model" in line and "YAML" in line
+
+
+def test_model_yaml_missing_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "models" / "llama3.1-8b.yaml").read_text()
+    )
+    del spec["hidden"]
+    path = tmp_path / "nohidden.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    line = _error(
+        capsys,
+        [
+            "simulate",
+            "--model",
+            str(path),
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+        ],
+    )
+    assert "hidden" in line
+
+
+def test_unknown_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error(capsys, [*SMALL, "--gpus", "8", "--global-batch", "8", "--profile", "nope"])
+    assert "profile" in line
+
+
+def test_argparse_rejects_bad_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*SMALL, "--gpus", "8", "--global-batch", "8", "--recompute", "foo"])
+    assert exc.value.code == 2
+
+
+@pytest.fixture
+def validation_file(tmp_path: Path) -> Path:
+    if not PUBLIC_CASES.is_file():
+        pytest.skip("shared/validation/public.yaml not available")
+    cases = yaml.safe_load(PUBLIC_CASES.read_text())[:2]
+    broken = dict(cases[0], id="broken-case")
+    del broken["model"]
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump([*cases, broken], sort_keys=False))
+    return path
+
+
+def test_validate_json(validation_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(validation_file), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["cases"]) == 3
+    broken = next(c for c in data["cases"] if c["id"] == "broken-case")
+    assert broken["status"] == "error"
+    assert "model" in broken["reason"]
+    others = [c for c in data["cases"] if c["id"] != "broken-case"]
+    assert all(c["predicted_tokens_per_s_per_gpu"] for c in others if c["status"] != "error")
+    assert set(data["summary"]) >= {
+        "n",
+        "n_ok",
+        "n_scored",
+        "mape_pct",
+        "median_ape_pct",
+        "p90_ape_pct",
+        "max_ape_pct",
+        "memory_mape_pct",
+    }
+    assert data["summary"]["n"] == 3
+
+
+def test_validate_table(validation_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(validation_file)]) == 0
+    out = capsys.readouterr().out
+    assert "broken-case" in out and "error" in out and "MAPE" in out
+
+
+def test_validate_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error(capsys, ["validate", str(tmp_path / "absent.yaml")])
+    assert "FILE" in line
+
+
+def test_list_models(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "models"]) == 0
+    out = capsys.readouterr().out
+    assert "llama3.1-70b" in out and "B params" in out
+
+
+@pytest.mark.parametrize(
+    "kind, expected", [("clusters", "dgx-h100"), ("accelerators", "h100-sxm5-80gb")]
+)
+def test_list_json(kind: str, expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", kind, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert expected in {r["id"] for r in rows}
