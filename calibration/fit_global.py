@@ -53,8 +53,9 @@ def _log_errors(cases: list[dict], x: np.ndarray) -> np.ndarray:
     for raw in cases:
         r = run_case(raw, profile_for)
         if r["status"] in ("ok", "infeasible") and r["predicted_tokens_per_s_per_gpu"]:
-            out.append(np.log(r["predicted_tokens_per_s_per_gpu"]
-                              / r["measured_tokens_per_s_per_gpu"]))
+            out.append(
+                np.log(r["predicted_tokens_per_s_per_gpu"] / r["measured_tokens_per_s_per_gpu"])
+            )
         else:
             out.append(0.0)
     return np.array(out)
@@ -63,8 +64,14 @@ def _log_errors(cases: list[dict], x: np.ndarray) -> np.ndarray:
 def fit(cases: list[dict], x0: np.ndarray | None = None) -> np.ndarray:
     """Least-squares fit of (sustained_fraction, overlap_contention) on ``cases``."""
     x0 = np.array([0.8, 0.1]) if x0 is None else x0
-    res = least_squares(lambda x: _log_errors(cases, x), x0, bounds=BOUNDS, diff_step=1e-3,
-                        loss=LOSS, f_scale=F_SCALE)
+    res = least_squares(
+        lambda x: _log_errors(cases, x),
+        x0,
+        bounds=BOUNDS,
+        diff_step=1e-3,
+        loss=LOSS,
+        f_scale=F_SCALE,
+    )
     return res.x
 
 
@@ -78,9 +85,11 @@ def main(argv: list[str] | None = None) -> None:
     cases = [c for c in yaml.safe_load(path.read_text()) if c.get("scored", True)]
     x = fit(cases)
     err = _log_errors(cases, x)
-    print(f"fitted on {len(cases)} scored cases: sustained_fraction={x[0]:.4f} "
-          f"overlap_contention={x[1]:.4f}; in-sample MAPE "
-          f"{np.mean(np.abs(np.expm1(err))) * 100:.1f}%")
+    print(
+        f"fitted on {len(cases)} scored cases: sustained_fraction={x[0]:.4f} "
+        f"overlap_contention={x[1]:.4f}; in-sample MAPE "
+        f"{np.mean(np.abs(np.expm1(err))) * 100:.1f}%"
+    )
     groups = defaultdict(list)
     for c in cases:
         groups[_group(c)].append(c)
@@ -92,12 +101,22 @@ def main(argv: list[str] | None = None) -> None:
         e = np.abs(np.expm1(_log_errors(held, xg))) * 100
         all_cv.extend(e)
         print(f"{name:60} {len(held):3d} {xg[0]:6.3f},{xg[1]:6.3f} {np.mean(e):7.1f}")
-    print(f"\nleave-one-source-out MAPE over all cases: {np.mean(all_cv):.1f}% "
-          f"(median {np.median(all_cv):.1f}%)")
-    OUT.write_text(json.dumps({"sustained_fraction": round(float(x[0]), 4),
-                               "overlap_contention": round(float(x[1]), 4),
-                               "fitted_on": str(path.name), "n_cases": len(cases)},
-                              indent=2) + "\n")
+    print(
+        f"\nleave-one-source-out MAPE over all cases: {np.mean(all_cv):.1f}% "
+        f"(median {np.median(all_cv):.1f}%)"
+    )
+    OUT.write_text(
+        json.dumps(
+            {
+                "sustained_fraction": round(float(x[0]), 4),
+                "overlap_contention": round(float(x[1]), 4),
+                "fitted_on": str(path.name),
+                "n_cases": len(cases),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {OUT}")
 
 

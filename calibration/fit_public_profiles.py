@@ -60,9 +60,17 @@ MAMF = {
 }
 # which measured family each shipped accelerator borrows (same silicon or closest measured)
 FAMILY = {
-    "a100-sxm4-40gb": "a100", "a100-sxm4-80gb": "a100", "h100-sxm5-80gb": "h100",
-    "h100-sxm5-96gb": "h100", "h800-sxm-80gb": "h100", "h200-sxm-141gb": "h200", "b200": "b200",
-    "gb200": "gb200", "b300": "b300", "gb300": "gb200", "mi300x": "mi300x",
+    "a100-sxm4-40gb": "a100",
+    "a100-sxm4-80gb": "a100",
+    "h100-sxm5-80gb": "h100",
+    "h100-sxm5-96gb": "h100",
+    "h800-sxm-80gb": "h100",
+    "h200-sxm-141gb": "h200",
+    "b200": "b200",
+    "gb200": "gb200",
+    "b300": "b300",
+    "gb300": "gb200",
+    "mi300x": "mi300x",
 }
 # FlashAttention-2, A100 80GB, causal, head_dim 128, TFLOP/s (hardware.md B7)
 FA2_SEQ = np.array([512, 1024, 2048, 4096, 8192, 16384], dtype=float)
@@ -75,9 +83,15 @@ FA3_FWD_16K, FA3_BWD_16K, H100_PEAK = 616.0, 561.0, 989.0
 FA2_H100_FWD_16K, FA2_H100_BWD_16K = 335.0, 322.0
 BLACKWELL_ATTN_SPEEDUP = 1.88  # FA4 on B200 / FA3 on H200, attention fwd+bwd at 8k
 # Ring all-reduce busbw / NVLink spec at 16 GiB (hardware.md B4)
-SCALE_UP_ETA = {"a100": 234.89 / 300, "h100": 367.2 / 450, "h200": 367.2 / 450,
-                "b200": 682.2 / 900, "gb200": 682.2 / 900, "b300": 682.2 / 900,
-                "mi300x": 312.9 / 448}
+SCALE_UP_ETA = {
+    "a100": 234.89 / 300,
+    "h100": 367.2 / 450,
+    "h200": 367.2 / 450,
+    "b200": 682.2 / 900,
+    "gb200": 682.2 / 900,
+    "b300": 682.2 / 900,
+    "mi300x": 312.9 / 448,
+}
 
 
 def _shape(dims: tuple[int, int, int]) -> float:
@@ -101,8 +115,9 @@ def fit_hierarchical_overlap() -> float:
     intra = 2 * 7 / 8 * size / 740.64e9  # one-node measured busbw
     inter = 2 * 3 / 4 * (size / 8) / (50e9 * NIC_ETA)
     measured = 22.05e-3
-    return float(np.clip(brentq(lambda f: intra + inter - f * min(intra, inter) - measured,
-                                -5, 5), 0.0, 1.0))
+    return float(
+        np.clip(brentq(lambda f: intra + inter - f * min(intra, inter) - measured, -5, 5), 0.0, 1.0)
+    )
 
 
 def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: float) -> dict:
@@ -113,15 +128,28 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
     raw = {"mamf": {}}
     for prec, (tflops, dims) in MAMF[fam].items():
         peak = getattr(accel.peak_tflops, prec) or accel.peak_tflops.fp16
-        fam_peak = {"a100": 312, "h100": 989, "h200": 989, "b200": 2250, "gb200": 2500,
-                    "b300": 2250, "mi300x": 1307.4}[fam] * (2 if prec == "fp8" else 1)
+        fam_peak = {
+            "a100": 312,
+            "h100": 989,
+            "h200": 989,
+            "b200": 2250,
+            "gb200": 2500,
+            "b300": 2250,
+            "mi300x": 1307.4,
+        }[fam] * (2 if prec == "fp8" else 1)
         eta[prec] = min(0.99, tflops / fam_peak / _shape(dims))
-        raw["mamf"][prec] = {"tflops": tflops, "shape": list(dims), "family_peak": fam_peak,
-                             "accelerator_peak": peak}
+        raw["mamf"][prec] = {
+            "tflops": tflops,
+            "shape": list(dims),
+            "family_peak": fam_peak,
+            "accelerator_peak": peak,
+        }
     ef, eb, half = attn
     if fam in ("h100", "h200"):
-        ef, eb = FA3_FWD_16K / H100_PEAK / _saturating(16384, 1, half), FA3_BWD_16K / H100_PEAK / (
-            16384 / (16384 + half))
+        ef, eb = (
+            FA3_FWD_16K / H100_PEAK / _saturating(16384, 1, half),
+            FA3_BWD_16K / H100_PEAK / (16384 / (16384 + half)),
+        )
     elif fam in ("b200", "gb200", "b300"):
         h_ef = FA3_FWD_16K / H100_PEAK / (16384 / (16384 + half))
         h_eb = FA3_BWD_16K / H100_PEAK / (16384 / (16384 + half))
@@ -139,23 +167,32 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
         flash2 = AttentionEfficiency(
             eta_max_fwd=round(FA2_H100_FWD_16K / H100_PEAK / sat16k * scale, 4),
             eta_max_bwd=round(FA2_H100_BWD_16K / H100_PEAK / sat16k * scale, 4),
-            seq_half=round(half, 1))
+            seq_half=round(half, 1),
+        )
     profile = CalibrationProfile(
         id=accel_id,
         accelerator=accel_id,
         method="fitted from public figures by calibration/fit_public_profiles.py",
-        gemm=GemmEfficiency(eta_max={k: round(v, 4) for k, v in eta.items()},
-                            dim_half=DIM_HALF, fixed_us=GEMM_FIXED_US,
-                            sustained_fraction=glob["sustained_fraction"]),
-        attention=AttentionEfficiency(eta_max_fwd=round(min(ef, 1.0), 4),
-                                      eta_max_bwd=round(min(eb, 1.0), 4),
-                                      seq_half=round(half, 1)),
+        gemm=GemmEfficiency(
+            eta_max={k: round(v, 4) for k, v in eta.items()},
+            dim_half=DIM_HALF,
+            fixed_us=GEMM_FIXED_US,
+            sustained_fraction=glob["sustained_fraction"],
+        ),
+        attention=AttentionEfficiency(
+            eta_max_fwd=round(min(ef, 1.0), 4),
+            eta_max_bwd=round(min(eb, 1.0), 4),
+            seq_half=round(half, 1),
+        ),
         attention_flash2=flash2,
         memory=MemoryEfficiency(eta_hbm=ETA_HBM, fixed_us=MEM_FIXED_US),
-        comm=CommEfficiency(scale_up_eta=round(SCALE_UP_ETA[fam], 4), scale_out_eta=NIC_ETA,
-                            base_latency_us=NCCL_BASE_LATENCY_US,
-                            hierarchical_overlap=round(overlap, 4),
-                            overlap_contention=glob["overlap_contention"]),
+        comm=CommEfficiency(
+            scale_up_eta=round(SCALE_UP_ETA[fam], 4),
+            scale_out_eta=NIC_ETA,
+            base_latency_us=NCCL_BASE_LATENCY_US,
+            hierarchical_overlap=round(overlap, 4),
+            overlap_contention=glob["overlap_contention"],
+        ),
         sources=[
             "GEMM: stas00/ml-engineering compute/accelerator/README.md MAMF tables",
             "attention: FlashAttention-2 (arXiv 2307.08691) Figs. 4-6; FlashAttention-3 "
@@ -176,8 +213,10 @@ def global_params() -> dict[str, float]:
     """In-training parameters fitted by calibration/fit_global.py (1.0 / 0.0 before a fit)."""
     if GLOBAL_PARAMS.is_file():
         data = json.loads(GLOBAL_PARAMS.read_text())
-        return {"sustained_fraction": data["sustained_fraction"],
-                "overlap_contention": data["overlap_contention"]}
+        return {
+            "sustained_fraction": data["sustained_fraction"],
+            "overlap_contention": data["overlap_contention"],
+        }
     return {"sustained_fraction": 1.0, "overlap_contention": 0.0}
 
 
@@ -190,8 +229,10 @@ def main() -> None:
         path = Path(PROFILES_DIR) / f"{accel_id}.json"
         path.write_text(json.dumps(data, indent=2) + "\n")
         g = data["gemm"]["eta_max"]
-        print(f"{accel_id:16} gemm {g}  attn fwd/bwd {data['attention']['eta_max_fwd']:.3f}/"
-              f"{data['attention']['eta_max_bwd']:.3f}  up {data['comm']['scale_up_eta']:.3f}")
+        print(
+            f"{accel_id:16} gemm {g}  attn fwd/bwd {data['attention']['eta_max_fwd']:.3f}/"
+            f"{data['attention']['eta_max_bwd']:.3f}  up {data['comm']['scale_up_eta']:.3f}"
+        )
 
 
 if __name__ == "__main__":

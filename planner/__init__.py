@@ -45,8 +45,13 @@ def default_profile(cluster: Cluster) -> CalibrationProfile:
     return _cached_profile(cluster.spec.profile or cluster.accelerator.profile)
 
 
-def simulate(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training,
-             profile: CalibrationProfile | str | Path | None = None) -> StepReport:
+def simulate(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile | str | Path | None = None,
+) -> StepReport:
     """Predict one training step; ``profile`` defaults to the cluster's calibration profile."""
     if profile is None:
         prof = default_profile(cluster)
@@ -58,8 +63,21 @@ def simulate(model: ModelSpec, cluster: Cluster, layout: Layout, training: Train
 
 
 __all__ = [
-    "MFU_CONVENTION", "AcceleratorSpec", "CalibrationProfile", "Cluster", "ClusterSpec",
-    "Layout", "ModelSpec", "PlannerError", "StepReport", "Training", "check_layout",
-    "default_profile", "load_accelerator", "load_cluster", "load_model", "load_profile",
+    "MFU_CONVENTION",
+    "AcceleratorSpec",
+    "CalibrationProfile",
+    "Cluster",
+    "ClusterSpec",
+    "Layout",
+    "ModelSpec",
+    "PlannerError",
+    "StepReport",
+    "Training",
+    "check_layout",
+    "default_profile",
+    "load_accelerator",
+    "load_cluster",
+    "load_model",
+    "load_profile",
     "simulate",
 ]

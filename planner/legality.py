@@ -12,43 +12,66 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-def check_layout(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training,
-                 gpus: int | None = None) -> None:
+def check_layout(
+    model: ModelSpec, cluster: Cluster, layout: Layout, training: Training, gpus: int | None = None
+) -> None:
     """Raise PlannerError naming the first illegal field and the values that would be valid."""
     if gpus is not None and layout.world_size != gpus:
         raise PlannerError(
-            "layout", f"tp*cp*dp*pp = {layout.tp}*{layout.cp}*{layout.dp}*{layout.pp} = "
-            f"{layout.world_size} but gpus = {gpus}", "factors whose product equals gpus")
+            "layout",
+            f"tp*cp*dp*pp = {layout.tp}*{layout.cp}*{layout.dp}*{layout.pp} = "
+            f"{layout.world_size} but gpus = {gpus}",
+            "factors whose product equals gpus",
+        )
     if model.heads % layout.tp:
-        raise PlannerError("layout.tp", f"tp={layout.tp} does not divide heads={model.heads}",
-                           _divisors(model.heads))
+        raise PlannerError(
+            "layout.tp",
+            f"tp={layout.tp} does not divide heads={model.heads}",
+            _divisors(model.heads),
+        )
     if model.mla is None and model.n_kv_heads % layout.tp:
-        raise PlannerError("layout.tp",
-                           f"tp={layout.tp} does not divide kv_heads={model.n_kv_heads}",
-                           _divisors(model.n_kv_heads))
+        raise PlannerError(
+            "layout.tp",
+            f"tp={layout.tp} does not divide kv_heads={model.n_kv_heads}",
+            _divisors(model.n_kv_heads),
+        )
     if layout.pp * layout.virtual_stages > model.layers:
-        raise PlannerError("layout.pp", f"pp*vpp = {layout.pp * layout.virtual_stages} exceeds "
-                           f"layers={model.layers}", f"pp*vpp <= {model.layers}")
+        raise PlannerError(
+            "layout.pp",
+            f"pp*vpp = {layout.pp * layout.virtual_stages} exceeds layers={model.layers}",
+            f"pp*vpp <= {model.layers}",
+        )
     if layout.vpp and layout.vpp > 1 and layout.pp == 1:
         raise PlannerError("layout.vpp", "virtual pipeline stages need pp > 1", "vpp=1 or pp>1")
     if layout.cp > 1 and training.seq_len % (2 * layout.cp):
-        raise PlannerError("layout.cp", f"seq_len={training.seq_len} is not divisible by 2*cp",
-                           "cp with seq_len % (2*cp) == 0")
+        raise PlannerError(
+            "layout.cp",
+            f"seq_len={training.seq_len} is not divisible by 2*cp",
+            "cp with seq_len % (2*cp) == 0",
+        )
     if model.moe is None and layout.ep > 1:
         raise PlannerError("layout.ep", f"ep={layout.ep} but {model.name} has no experts", "1")
     if model.moe is not None:
         if model.moe.experts % layout.ep:
-            raise PlannerError("layout.ep", f"ep={layout.ep} does not divide "
-                               f"experts={model.moe.experts}", _divisors(model.moe.experts))
+            raise PlannerError(
+                "layout.ep",
+                f"ep={layout.ep} does not divide experts={model.moe.experts}",
+                _divisors(model.moe.experts),
+            )
         grid = layout.tp * layout.dp * layout.cp
         if grid % layout.ep:
-            raise PlannerError("layout.ep", f"ep={layout.ep} must divide tp*dp*cp={grid} "
-                               "(expert parallelism is carved out of TP x DP x CP)",
-                               _divisors(grid))
+            raise PlannerError(
+                "layout.ep",
+                f"ep={layout.ep} must divide tp*dp*cp={grid} "
+                "(expert parallelism is carved out of TP x DP x CP)",
+                _divisors(grid),
+            )
     per_step = training.micro_batch * layout.dp
     if training.global_batch % per_step:
         raise PlannerError(
-            "training.global_batch", f"global_batch={training.global_batch} is not divisible by "
+            "training.global_batch",
+            f"global_batch={training.global_batch} is not divisible by "
             f"micro_batch*dp = {training.micro_batch}*{layout.dp} = {per_step}",
-            f"a multiple of {per_step}")
+            f"a multiple of {per_step}",
+        )
     cluster.accelerator.peak_flops_per_s(training.precision)  # raises if unsupported

@@ -33,7 +33,9 @@ class GemmEfficiency(_Frozen):
     dim_half: float = Field(gt=0, description="GEMM dimension at which s(d) = 0.5, elements")
     fixed_us: float = Field(ge=0, description="per-kernel launch and tail overhead, us")
     sustained_fraction: float = Field(
-        default=1.0, gt=0, le=1,
+        default=1.0,
+        gt=0,
+        le=1,
         description="in-training over microbenchmark throughput (sustained clocks under power "
         "and thermal limits, interleaved kernels); applies to GEMMs and attention; fitted "
         "globally by calibration/fit_global.py",
@@ -68,7 +70,9 @@ class CommEfficiency(_Frozen):
         ge=0, le=1, description="fraction of the smaller of intra/inter phases hidden by pipelining"
     )
     overlap_contention: float = Field(
-        default=0.0, ge=0, le=1,
+        default=0.0,
+        ge=0,
+        le=1,
         description="share of overlapped communication time still paid by compute (NCCL "
         "kernels take SMs and HBM bandwidth); fitted globally by calibration/fit_global.py",
     )

@@ -12,12 +12,27 @@ MFU_CONVENTION = (
 )
 
 TIME_CATEGORIES = (
-    "compute_gemm", "compute_attention", "compute_memory_bound", "compute_logits_loss",
-    "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "pipeline_bubble",
+    "compute_gemm",
+    "compute_attention",
+    "compute_memory_bound",
+    "compute_logits_loss",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "pipeline_bubble",
     "optimizer",
 )
-MEMORY_CATEGORIES = ("weights", "gradients", "optimizer_states", "activations", "logits",
-                     "overhead")
+MEMORY_CATEGORIES = (
+    "weights",
+    "gradients",
+    "optimizer_states",
+    "activations",
+    "logits",
+    "overhead",
+)
 
 
 @dataclass(frozen=True, slots=True)

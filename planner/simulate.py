@@ -34,8 +34,15 @@ class _Layer:
     bwd: float
 
 
-def _layer_costs(model: ModelSpec, layout: Layout, training: Training, moe: bool,
-                 dev: compute.Device, fabric: comms.Fabric, groups: comms.Groups) -> _Layer:
+def _layer_costs(
+    model: ModelSpec,
+    layout: Layout,
+    training: Training,
+    moe: bool,
+    dev: compute.Device,
+    fabric: comms.Fabric,
+    groups: comms.Groups,
+) -> _Layer:
     tokens = flops.tokens_per_gpu(layout, training)
     lf = flops.layer_flops(model, layout, training, moe)
     g_f, g_b = compute.gemms_time_s(lf.gemms, dev)
@@ -45,21 +52,23 @@ def _layer_costs(model: ModelSpec, layout: Layout, training: Training, moe: bool
             d_v = model.mla.v_head_dim
         else:
             d_qk = d_v = model.d_head
-        a_f, a_b = compute.unfused_attention_time_s(tokens, training.seq_len,
-                                                    model.heads / layout.tp, d_qk, d_v,
-                                                    training.dropout, dev)
+        a_f, a_b = compute.unfused_attention_time_s(
+            tokens, training.seq_len, model.heads / layout.tp, d_qk, d_v, training.dropout, dev
+        )
     else:
         a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev)
-    ew = elementwise.layer_elementwise(model, layout, tokens, moe, lf.gemms,
-                                       training.precision == "fp8", training.dropout)
+    ew = elementwise.layer_elementwise(
+        model, layout, tokens, moe, lf.gemms, training.precision == "fp8", training.dropout
+    )
     e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
 
     # TP: 2 all-reduces forward and 2 backward (or all-gather + reduce-scatter pairs with SP, the
     # same bus volume), each over the full [s, b, h] activation (Korthikanti et al. 2022, Fig. 5).
     act_bytes = tokens * model.hidden * elementwise.ACT_BYTES
     if layout.sequence_parallel:
-        one = (comms.collective_time_s("all_gather", act_bytes, groups.tp, fabric)
-               + comms.collective_time_s("reduce_scatter", act_bytes, groups.tp, fabric))
+        one = comms.collective_time_s(
+            "all_gather", act_bytes, groups.tp, fabric
+        ) + comms.collective_time_s("reduce_scatter", act_bytes, groups.tp, fabric)
     else:
         one = comms.collective_time_s("all_reduce", act_bytes, groups.tp, fabric)
     tp_f = tp_b = 2.0 * one
@@ -72,8 +81,9 @@ def _layer_costs(model: ModelSpec, layout: Layout, training: Training, moe: bool
     cp_f = cp_b = 0.0
     if layout.cp > 1:
         if model.mla:
-            kv_width = model.heads * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
-                                      + model.mla.v_head_dim)
+            kv_width = model.heads * (
+                model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
+            )
         else:
             kv_width = 2 * model.kv_dim
         chunk = tokens * kv_width / layout.tp * elementwise.ACT_BYTES
@@ -96,21 +106,30 @@ def _layer_costs(model: ModelSpec, layout: Layout, training: Training, moe: bool
     else:
         recompute = 0.0
     bwd = g_b + a_b + e_b + tp_b + cp_b + ep_b
-    return _Layer(g_f + g_b, a_f + a_b, e_f + e_b, tp_f + tp_b, cp_f + cp_b, ep_f + ep_b,
-                  recompute, fwd, bwd)
+    return _Layer(
+        g_f + g_b, a_f + a_b, e_f + e_b, tp_f + tp_b, cp_f + cp_b, ep_f + ep_b, recompute, fwd, bwd
+    )
+
+
+_LAYER_KEYS = ("gemm", "attention", "memory_bound", "recompute", "tp", "cp", "ep")
 
 
 def _mix(a: _Layer, wa: float, b: _Layer | None, wb: float) -> dict[str, float]:
-    keys = ("gemm", "attention", "memory_bound", "tp", "cp", "ep", "recompute", "fwd", "bwd")
+    keys = (*_LAYER_KEYS, "fwd", "bwd")
     return {k: getattr(a, k) * wa + (getattr(b, k) * wb if b is not None else 0.0) for k in keys}
 
 
 def default_assumptions(layout: Layout, training: Training) -> list[str]:
     """Modelling assumptions that apply to this run, printed with the report."""
-    kernel = {"fused": "fused (flash) attention", "flash2": "FlashAttention-2",
-              "unfused": "unfused attention (materialised scores)"}[training.attention_kernel]
-    notes = [f"{kernel}; {'with' if training.dropout else 'no'} dropout",
-             f"gradient buffer and DP reduction in {training.grad_reduce_dtype}"]
+    kernel = {
+        "fused": "fused (flash) attention",
+        "flash2": "FlashAttention-2",
+        "unfused": "unfused attention (materialised scores)",
+    }[training.attention_kernel]
+    notes = [
+        f"{kernel}; {'with' if training.dropout else 'no'} dropout",
+        f"gradient buffer and DP reduction in {training.grad_reduce_dtype}",
+    ]
     if layout.ep > 1:
         notes.append(f"expert tensor parallel size = {layout.expert_tp}; balanced routing")
     if layout.overlap_tp_comm:
@@ -118,8 +137,14 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
     return notes
 
 
-def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training,
-                  profile: CalibrationProfile, check: bool = True) -> StepReport:
+def simulate_step(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+    check: bool = True,
+) -> StepReport:
     """Predict one optimizer step of ``model`` on ``cluster`` under ``layout``.
 
     Raises PlannerError for an illegal layout; a legal one that does not fit in memory returns
@@ -130,8 +155,9 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     accel = cluster.accelerator
     dev = compute.make_device(accel, profile, training.precision, training.attention_kernel)
     fabric = comms.make_fabric(cluster, profile)
-    groups = comms.place_groups(layout.tp, layout.cp, layout.dp, layout.pp, layout.ep,
-                                fabric.domain_gpus, layout.expert_tp)
+    groups = comms.place_groups(
+        layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, fabric.domain_gpus, layout.expert_tp
+    )
     m = pipeline.microbatches_per_step(training.global_batch, training.micro_batch, layout.dp)
     tokens = flops.tokens_per_gpu(layout, training)
     vpp = layout.virtual_stages
@@ -170,18 +196,22 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     if model.moe is not None:
         moe_total, _ = model.moe_layer_params()
         router = model.hidden * model.moe.experts
-        shared = moe_total - router - model.moe.experts * model.mlp_params(
-            model.moe.expert_ffn_hidden)
+        shared = (
+            moe_total - router - model.moe.experts * model.mlp_params(model.moe.expert_ffn_hidden)
+        )
         dense_layer_params += frac_moe * (router + shared / layout.tp)
-        expert_layer_params = frac_moe * (moe_total - router - shared) / (
-            layout.ep * layout.expert_tp)
+        expert_layer_params = (
+            frac_moe * (moe_total - router - shared) / (layout.ep * layout.expert_tp)
+        )
     emb_params = model.vocab * model.hidden / layout.tp
     first_dense = stage_layers * dense_layer_params + emb_params
     last_dense = stage_layers * dense_layer_params + (
-        emb_params if (layout.pp > 1 or not model.tied_embeddings) else 0.0)
+        emb_params if (layout.pp > 1 or not model.tied_embeddings) else 0.0
+    )
     if layout.pp == 1:
         first_dense = stage_layers * dense_layer_params + emb_params * (
-            1 if model.tied_embeddings else 2)
+            1 if model.tied_embeddings else 2
+        )
         last_dense = first_dense
     stage_experts = stage_layers * expert_layer_params
     local_params = max(first_dense, last_dense) + stage_experts
@@ -196,9 +226,9 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     dense_p = max(first_dense, last_dense)
 
     def coll(kind: comms.Collective, nbytes_per_param: float) -> float:
-        return (comms.collective_time_s(kind, dense_p * nbytes_per_param, dp_group, fabric)
-                + comms.collective_time_s(kind, stage_experts * nbytes_per_param, edp_group,
-                                          fabric))
+        return comms.collective_time_s(
+            kind, dense_p * nbytes_per_param, dp_group, fabric
+        ) + comms.collective_time_s(kind, stage_experts * nbytes_per_param, edp_group, fabric)
 
     dp_per_mb = 0.0
     dp_step = 0.0
@@ -208,8 +238,11 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
         rs = coll("reduce_scatter", grad_b)
         if layout.overlap_zero3_param_gather:
             first_layer = ag / max(stage_layers, 1.0)
-            dp_per_mb = (comms.exposed_time_s(ag, stage_fwd, fabric)
-                         + comms.exposed_time_s(ag + rs, stage_bwd, fabric) + first_layer)
+            dp_per_mb = (
+                comms.exposed_time_s(ag, stage_fwd, fabric)
+                + comms.exposed_time_s(ag + rs, stage_bwd, fabric)
+                + first_layer
+            )
         else:
             dp_per_mb = 2 * ag + rs
     else:
@@ -225,36 +258,43 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
         dp_step = reduce + gather
 
     # ---- stage times and the pipeline ----------------------------------------------------
-    mb_cats = {
-        "compute_gemm": stage_layers * per_layer["gemm"],
-        "compute_attention": stage_layers * per_layer["attention"],
-        "compute_memory_bound": stage_layers * per_layer["memory_bound"],
-        "recompute": stage_layers * per_layer["recompute"],
-        "tp_comm": stage_layers * per_layer["tp"],
-        "cp_comm": stage_layers * per_layer["cp"],
-        "ep_comm": stage_layers * per_layer["ep"],
-        "pp_comm": pp_s,
-        "dp_comm": dp_per_mb,
-    }
-    mid = sum(mb_cats.values())
+    def stage(n_layers: float, edge: dict[str, float]) -> dict[str, float]:
+        cats = {
+            "compute_gemm": n_layers * per_layer["gemm"],
+            "compute_attention": n_layers * per_layer["attention"],
+            "compute_memory_bound": n_layers * per_layer["memory_bound"],
+            "compute_logits_loss": 0.0,
+            "recompute": n_layers * per_layer["recompute"],
+            "tp_comm": n_layers * per_layer["tp"],
+            "cp_comm": n_layers * per_layer["cp"],
+            "ep_comm": n_layers * per_layer["ep"],
+            "pp_comm": pp_s,
+            "dp_comm": dp_per_mb,
+        }
+        for key, value in edge.items():
+            cats[key] += value
+        return cats
+
+    emb = {"compute_memory_bound": emb_s}
+    head = {"compute_logits_loss": logits_s}
     if layout.pp == 1:
-        mb_cats["compute_logits_loss"] = logits_s
-        mb_cats["compute_memory_bound"] += emb_s
-        t_max = t_sum = mid + logits_s + emb_s
+        stages = [stage(model.layers, {**emb, **head})]
+        t_sum_extra = 0.0
     else:
-        t_last = mid + logits_s
-        t_first = mid + emb_s
-        mean_layers = model.layers / layout.pp
-        t_mid_mean = mid * mean_layers / stage_layers if stage_layers else mid
-        t_sum = (layout.pp - 2) * t_mid_mean + t_first + t_last if layout.pp > 2 else (
-            t_first + t_last)
-        if t_last >= t_first:
-            t_max = t_last
-            mb_cats["compute_logits_loss"] = logits_s
+        edge_layers = pipeline.layers_on_edge_stage(model.layers, layout.pp)
+        stages = [stage(edge_layers, emb), stage(edge_layers, head)]
+        if layout.pp > 2:
+            stages.append(stage(layer_max, {}))
+            middle = model.layers - 2 * edge_layers  # over pp - 2 stages
+            t_sum_extra = middle * sum(per_layer[k] for k in _LAYER_KEYS) + (layout.pp - 2) * (
+                pp_s + dp_per_mb
+            )
         else:
-            t_max = t_first
-            mb_cats["compute_logits_loss"] = 0.0
-            mb_cats["compute_memory_bound"] += emb_s
+            t_sum_extra = 0.0
+    totals = [sum(c.values()) for c in stages]
+    mb_cats = stages[max(range(len(stages)), key=totals.__getitem__)]
+    t_max = max(totals)
+    t_sum = totals[0] + (totals[1] if layout.pp > 1 else 0.0) + t_sum_extra
     steady, bubble = pipeline.pipeline_time_s(m, t_max, t_sum, vpp)
 
     # optimizer: fused AdamW over the locally owned (sharded) parameters, memory bound
@@ -275,27 +315,41 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     peak = accel.peak_flops_per_s("bf16")
     mfu = 100.0 * mf_tok * tps / (gpus * peak)
     attn_hw, attn_conv = flops.attention_core_flops(model, layout, training)
-    per_tok_attn_saving = 3.0 * model.layers * (attn_conv - attn_hw) * (
-        layout.tp * layout.cp) / (training.micro_batch * training.seq_len)
+    if training.attention_kernel == "unfused":
+        attn_hw = attn_conv  # materialised scores: the masked half is computed too
+    per_tok_attn_saving = (
+        3.0
+        * model.layers
+        * (attn_conv - attn_hw)
+        * (layout.tp * layout.cp)
+        / (training.micro_batch * training.seq_len)
+    )
     recompute_per_tok = 0.0
     if training.recompute == "full":
         recompute_per_tok = (mf_tok - per_tok_attn_saving) / 3.0
     elif training.recompute == "selective":
-        recompute_per_tok = model.layers * attn_hw * layout.tp * layout.cp / (
-            training.micro_batch * training.seq_len)
+        recompute_per_tok = (
+            model.layers
+            * attn_hw
+            * layout.tp
+            * layout.cp
+            / (training.micro_batch * training.seq_len)
+        )
     hfu = 100.0 * (mf_tok - per_tok_attn_saving + recompute_per_tok) * tps / (gpus * peak)
 
     # ---- memory ---------------------------------------------------------------------------
-    act_dense = (memory.layer_activation_bytes(model, layout, training, False)
-                 if n_dense else 0.0)
-    act_moe = (memory.layer_activation_bytes(model, layout, training, True)
-               if n_moe else 0.0)
+    act_dense = memory.layer_activation_bytes(model, layout, training, False) if n_dense else 0.0
+    act_moe = memory.layer_activation_bytes(model, layout, training, True) if n_moe else 0.0
     act_layer = act_dense * (1 - frac_moe) + act_moe * frac_moe
-    in_flight = memory.layers_in_flight(stage_layers, layout.pp, vpp, m)
+    first_layers = (
+        pipeline.layers_on_edge_stage(model.layers, layout.pp) if layout.pp > 1 else model.layers
+    )
+    in_flight = memory.layers_in_flight(first_layers, layout.pp, vpp, m)
     activations = act_layer * in_flight
     if training.recompute == "full":
         full_one = memory.layer_activation_bytes(
-            model, layout, training.model_copy(update={"recompute": "none"}), bool(n_moe))
+            model, layout, training.model_copy(update={"recompute": "none"}), bool(n_moe)
+        )
         activations += full_one  # one layer recomputed at a time
     logits_mem = memory.logits_bytes(model, layout, training)
     # ZeRO-3: the unsharded parameters of the layer being computed
@@ -303,12 +357,13 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     st = memory.state_bytes(dense_p, stage_experts, layout, training, gathered)
     if layout.pp > 1:
         # the last stage holds one micro-batch of activations, but the logits
-        last_act = act_layer * stage_layers / vpp
+        last_act = act_layer * first_layers / vpp
         first_total = activations
         last_total = last_act + logits_mem
         stage_name = "first" if first_total >= last_total else "last"
-        act_peak, logit_peak = (activations, 0.0) if stage_name == "first" else (last_act,
-                                                                                 logits_mem)
+        act_peak, logit_peak = (
+            (activations, 0.0) if stage_name == "first" else (last_act, logits_mem)
+        )
     else:
         stage_name, act_peak, logit_peak = "only", activations, logits_mem
     overhead = memory.OVERHEAD_FIXED_BYTES + memory.OVERHEAD_ACTIVATION_FRACTION * act_peak
@@ -324,14 +379,27 @@ def simulate_step(model: ModelSpec, cluster: Cluster, layout: Layout, training: 
     peak_mem = sum(mem.values())
     usable = accel.hbm_usable_gib
     fits = peak_mem <= usable
-    feas = [] if fits else [
-        f"out of memory: needs {peak_mem:.1f} GiB per GPU on the {stage_name} pipeline stage, "
-        f"{usable:.1f} GiB usable ({peak_mem - usable:.1f} GiB over)"]
+    feas = (
+        []
+        if fits
+        else [
+            f"out of memory: needs {peak_mem:.1f} GiB per GPU on the {stage_name} pipeline stage, "
+            f"{usable:.1f} GiB usable ({peak_mem - usable:.1f} GiB over)"
+        ]
+    )
     placement = {
-        name: ("single GPU" if p.size == 1 else
-               f"{p.size} GPUs, {p.per_domain} per scale-up domain x {p.domains} domain(s)")
-        for name, p in (("tp", groups.tp), ("cp", groups.cp), ("dp", groups.dp),
-                        ("ep", groups.ep), ("pp", groups.pp))
+        name: (
+            "single GPU"
+            if p.size == 1
+            else f"{p.size} GPUs, {p.per_domain} per scale-up domain x {p.domains} domain(s)"
+        )
+        for name, p in (
+            ("tp", groups.tp),
+            ("cp", groups.cp),
+            ("dp", groups.dp),
+            ("ep", groups.ep),
+            ("pp", groups.pp),
+        )
     }
     return StepReport(
         step_time_s=step,

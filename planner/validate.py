@@ -75,8 +75,11 @@ def framework_overlaps(framework: str, sequence_parallel: bool, tp: int) -> dict
     """
     fw = framework.lower()
     tp_overlap = sequence_parallel and tp > 1 and ("nemo" in fw or "bridge" in fw)
-    return {"overlap_tp_comm": tp_overlap, "overlap_dp_grad_reduce": True,
-            "overlap_zero3_param_gather": True}
+    return {
+        "overlap_tp_comm": tp_overlap,
+        "overlap_dp_grad_reduce": True,
+        "overlap_zero3_param_gather": True,
+    }
 
 
 def framework_kernels(framework: str, source: str) -> dict[str, Any]:
@@ -109,16 +112,32 @@ def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[
     if mb is None:
         mb = 1
         notes.append("micro_batch not published: assumed 1")
-    layout = Layout(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp,
-                    sequence_parallel=lay.sequence_parallel, zero=lay.zero,
-                    **framework_overlaps(case.framework, lay.sequence_parallel, lay.tp))
+    layout = Layout(
+        tp=lay.tp,
+        pp=lay.pp,
+        dp=lay.dp,
+        cp=lay.cp,
+        ep=lay.ep,
+        vpp=lay.vpp,
+        sequence_parallel=lay.sequence_parallel,
+        zero=lay.zero,
+        **framework_overlaps(case.framework, lay.sequence_parallel, lay.tp),
+    )
     t = case.training
-    training = Training(seq_len=t.seq_len, global_batch=t.global_batch, micro_batch=mb,
-                        recompute=t.recompute, precision=t.precision,
-                        **framework_kernels(case.framework, case.source))
+    training = Training(
+        seq_len=t.seq_len,
+        global_batch=t.global_batch,
+        micro_batch=mb,
+        recompute=t.recompute,
+        precision=t.precision,
+        **framework_kernels(case.framework, case.source),
+    )
     if layout.world_size != case.num_gpus:
-        raise PlannerError("layout", f"tp*cp*dp*pp = {layout.world_size} but num_gpus = "
-                           f"{case.num_gpus}", "factors whose product equals num_gpus")
+        raise PlannerError(
+            "layout",
+            f"tp*cp*dp*pp = {layout.world_size} but num_gpus = {case.num_gpus}",
+            "factors whose product equals num_gpus",
+        )
     return case.model, cl, layout, training, notes
 
 
@@ -126,9 +145,15 @@ def run_case(raw: Any, profile_for: Any) -> dict:
     """Simulate one raw case mapping; never raises."""
     case_id = raw.get("id", "?") if isinstance(raw, dict) else "?"
     out: dict[str, Any] = {
-        "id": case_id, "status": "error", "reason": "", "predicted_tokens_per_s_per_gpu": None,
-        "measured_tokens_per_s_per_gpu": None, "error_pct": None, "predicted_mfu_pct": None,
-        "predicted_peak_memory_gib": None, "measured_peak_memory_gib": None,
+        "id": case_id,
+        "status": "error",
+        "reason": "",
+        "predicted_tokens_per_s_per_gpu": None,
+        "measured_tokens_per_s_per_gpu": None,
+        "error_pct": None,
+        "predicted_mfu_pct": None,
+        "predicted_peak_memory_gib": None,
+        "measured_peak_memory_gib": None,
     }
     try:
         if not isinstance(raw, dict):
@@ -149,14 +174,16 @@ def run_case(raw: Any, profile_for: Any) -> dict:
         return out
     pred = rep.tokens_per_s_per_gpu
     meas = case.measured.tokens_per_s_per_gpu
-    out.update({
-        "status": "ok" if rep.fits else "infeasible",
-        "reason": "; ".join(notes + rep.feasibility),
-        "predicted_tokens_per_s_per_gpu": round(pred, 2),
-        "error_pct": round((pred - meas) / meas * 100.0, 2),
-        "predicted_mfu_pct": round(rep.mfu_pct, 2),
-        "predicted_peak_memory_gib": round(rep.peak_memory_gib, 2),
-    })
+    out.update(
+        {
+            "status": "ok" if rep.fits else "infeasible",
+            "reason": "; ".join(notes + rep.feasibility),
+            "predicted_tokens_per_s_per_gpu": round(pred, 2),
+            "error_pct": round((pred - meas) / meas * 100.0, 2),
+            "predicted_mfu_pct": round(rep.mfu_pct, 2),
+            "predicted_peak_memory_gib": round(rep.peak_memory_gib, 2),
+        }
+    )
     return out
 
 
@@ -165,17 +192,25 @@ def summarize(cases: list[dict]) -> dict:
     ok = [c for c in cases if c["status"] == "ok"]
     scored = [c for c in ok if c.get("scored", True)]
     ape = np.array([abs(c["error_pct"]) for c in scored], dtype=float)
-    mem = [abs(c["predicted_peak_memory_gib"] - c["measured_peak_memory_gib"])
-           / c["measured_peak_memory_gib"] * 100 for c in ok
-           if c.get("measured_peak_memory_gib")]
+    mem = [
+        abs(c["predicted_peak_memory_gib"] - c["measured_peak_memory_gib"])
+        / c["measured_peak_memory_gib"]
+        * 100
+        for c in ok
+        if c.get("measured_peak_memory_gib")
+    ]
 
     def stat(fn: Any) -> float | None:
         return round(float(fn(ape)), 2) if ape.size else None
 
     return {
-        "n": len(cases), "n_ok": len(ok), "n_scored": len(scored),
-        "mape_pct": stat(np.mean), "median_ape_pct": stat(np.median),
-        "p90_ape_pct": stat(lambda a: np.percentile(a, 90)), "max_ape_pct": stat(np.max),
+        "n": len(cases),
+        "n_ok": len(ok),
+        "n_scored": len(scored),
+        "mape_pct": stat(np.mean),
+        "median_ape_pct": stat(np.median),
+        "p90_ape_pct": stat(lambda a: np.percentile(a, 90)),
+        "max_ape_pct": stat(np.max),
         "memory_mape_pct": round(float(np.mean(mem)), 2) if mem else None,
     }
 

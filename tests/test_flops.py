@@ -230,3 +230,35 @@ def test_moe_gemms_balanced_routing():
     ep_layout = Layout(dp=8, ep=8)
     ep_flops = flops.layer_flops(spec, ep_layout, Training(seq_len=s, global_batch=8), True)
     assert ep_flops.gemm_fwd_flops == pytest.approx(lf.gemm_fwd_flops, rel=1e-12)
+
+
+EP_LAYOUTS = [
+    dict(tp=1, dp=8, ep=8),
+    dict(tp=2, dp=4, ep=4, sequence_parallel=True),
+    dict(tp=8, dp=8, ep=8, sequence_parallel=True),
+    dict(tp=2, dp=2, cp=2, ep=4, sequence_parallel=True),
+    # EP wider than DP x CP: experts spread over the TP ranks too (expert tensor parallel 1)
+    dict(tp=8, dp=1, ep=8, sequence_parallel=True),
+    dict(tp=4, dp=2, ep=8, sequence_parallel=True),
+]
+
+
+@pytest.mark.parametrize("kw", EP_LAYOUTS, ids=str)
+def test_expert_work_is_conserved(kw):
+    """Parallelism moves routed-expert work, it does not create it.
+
+    The tp*dp*cp GPUs of one pipeline stage together see dp * micro_batch * seq_len distinct
+    tokens (TP ranks share theirs; Megatron-Core needs sequence parallelism for MoE with TP, so
+    each TP rank dispatches s/tp of them). With balanced routing their routed-expert GEMMs total
+    tokens * top_k * 2 * 3 h f (SwiGLU), so each GPU does that / (tp * dp * cp).
+    """
+    spec = planner.load_model("mixtral-8x7b")
+    layout = Layout(**kw)
+    s, mb = 4096, 1
+    training = Training(seq_len=s, global_batch=layout.dp * mb, micro_batch=mb)
+    lf = flops.layer_flops(spec, layout, training, moe=True)
+    per_gpu = sum(g.flops for g in lf.gemms if g.name.startswith("expert"))
+    h, f, top_k = 4096, 14336, 2
+    grid = layout.tp * layout.dp * layout.cp
+    total = layout.dp * mb * s * top_k * 2 * 3 * h * f
+    assert per_gpu == pytest.approx(total / grid, rel=1e-12)

@@ -67,8 +67,9 @@ def make_fabric(cluster: Cluster, profile: CalibrationProfile) -> Fabric:
     )
 
 
-def exposed_time_s(comm_s: float, window_s: float, fabric: Fabric,
-                   min_exposed_fraction: float = 0.0) -> float:
+def exposed_time_s(
+    comm_s: float, window_s: float, fabric: Fabric, min_exposed_fraction: float = 0.0
+) -> float:
     """Seconds of ``comm_s`` left on the critical path when it overlaps ``window_s`` of compute.
 
     At least ``min_exposed_fraction`` stays exposed (a last bucket, a pipeline fill); the hidden
@@ -84,10 +85,7 @@ def place(size: int, stride: int, domain_gpus: int) -> Placement:
     """Placement of a group of ``size`` ranks spaced ``stride`` apart (rank order TP-CP-DP-PP)."""
     if size <= 1:
         return Placement(1, 1, 1)
-    if stride >= domain_gpus:
-        per = 1
-    else:
-        per = max(1, min(size, domain_gpus // stride))
+    per = 1 if stride >= domain_gpus else max(1, min(size, domain_gpus // stride))
     return Placement(size, per, math.ceil(size / per))
 
 
@@ -105,8 +103,9 @@ def _steps(kind: Collective, n: int) -> int:
     return 2 * (n - 1) if kind == "all_reduce" else max(n - 1, 1)
 
 
-def collective_time_s(kind: Collective, buffer_bytes: float, where: Placement,
-                      fabric: Fabric) -> float:
+def collective_time_s(
+    kind: Collective, buffer_bytes: float, where: Placement, fabric: Fabric
+) -> float:
     """Seconds for one collective over ``buffer_bytes`` (the full, unsharded array).
 
     ``all_to_all`` buffers are the bytes one rank sends in total; ``send_recv`` the message.
@@ -147,8 +146,9 @@ class Groups:
     pp: Placement
 
 
-def place_groups(tp: int, cp: int, dp: int, pp: int, ep: int, domain_gpus: int,
-                 expert_tp: int | None = None) -> Groups:
+def place_groups(
+    tp: int, cp: int, dp: int, pp: int, ep: int, domain_gpus: int, expert_tp: int | None = None
+) -> Groups:
     """Place all groups for rank order TP (innermost), CP, DP, PP; EP is carved out of the
     ranks next to the expert tensor-parallel group (stride ``expert_tp``, default tp)."""
     return Groups(

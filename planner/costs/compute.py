@@ -31,8 +31,12 @@ class Device:
     gemm_in_bytes: float  # bytes per GEMM input element (1 for fp8)
 
 
-def make_device(accel: AcceleratorSpec, profile: CalibrationProfile, precision: str,
-                attention_kernel: str = "fused") -> Device:
+def make_device(
+    accel: AcceleratorSpec,
+    profile: CalibrationProfile,
+    precision: str,
+    attention_kernel: str = "fused",
+) -> Device:
     """Bind an accelerator and a profile for one training precision and attention kernel."""
     bf16_peak = accel.peak_flops_per_s("bf16")
     gemm_peak = accel.peak_flops_per_s(precision)
@@ -89,8 +93,9 @@ def attention_time_s(hw_fwd_flops: float, seq_len: float, dev: Device) -> tuple[
     return fwd, bwd
 
 
-def unfused_attention_time_s(tokens: float, seq_len: float, heads: float, d_qk: float,
-                             d_v: float, dropout: bool, dev: Device) -> tuple[float, float]:
+def unfused_attention_time_s(
+    tokens: float, seq_len: float, heads: float, d_qk: float, d_v: float, dropout: bool, dev: Device
+) -> tuple[float, float]:
     """(forward, backward) seconds of attention with materialised scores (pre-FlashAttention).
 
     Two batched GEMMs per head (Q K^T over the full s x s, no causal skip; P V) at bf16 GEMM
@@ -101,10 +106,12 @@ def unfused_attention_time_s(tokens: float, seq_len: float, heads: float, d_qk: 
     seqs = heads * tokens / seq_len  # independent (sequence, head) score matrices
     qk = gemm_time_s(seq_len, seq_len, d_qk, dev, low_precision=False)
     pv = gemm_time_s(seq_len, d_v, seq_len, dev, low_precision=False)
-    qk_b = gemm_time_s(seq_len, d_qk, seq_len, dev, False) + gemm_time_s(d_qk, seq_len, seq_len,
-                                                                         dev, False)
-    pv_b = gemm_time_s(seq_len, seq_len, d_v, dev, False) + gemm_time_s(seq_len, d_v, seq_len,
-                                                                        dev, False)
+    qk_b = gemm_time_s(seq_len, d_qk, seq_len, dev, False) + gemm_time_s(
+        d_qk, seq_len, seq_len, dev, False
+    )
+    pv_b = gemm_time_s(seq_len, seq_len, d_v, dev, False) + gemm_time_s(
+        seq_len, d_v, seq_len, dev, False
+    )
     scores = seqs * seq_len * seq_len
     per_score = 4.0 + (5.0 if dropout else 0.0)
     soft = scores * per_score / dev.hbm_bytes_per_s
@@ -114,8 +121,9 @@ def unfused_attention_time_s(tokens: float, seq_len: float, heads: float, d_qk: 
     return fwd, bwd
 
 
-def memory_bound_time_s(work: ElementwiseWork, dev: Device, backward_factor: float) -> tuple[
-        float, float]:
+def memory_bound_time_s(
+    work: ElementwiseWork, dev: Device, backward_factor: float
+) -> tuple[float, float]:
     """(forward, backward) seconds of memory-bound kernels."""
     fwd = work.fwd_bytes / dev.hbm_bytes_per_s + work.fwd_kernels * dev.mem_fixed_s
     bwd = backward_factor * fwd

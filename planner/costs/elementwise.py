@@ -25,8 +25,15 @@ class ElementwiseWork:
     fwd_kernels: float
 
 
-def layer_elementwise(model: ModelSpec, layout: Layout, tokens: float, moe: bool,
-                      gemms: tuple[Gemm, ...], fp8: bool, dropout: bool = False) -> ElementwiseWork:
+def layer_elementwise(
+    model: ModelSpec,
+    layout: Layout,
+    tokens: float,
+    moe: bool,
+    gemms: tuple[Gemm, ...],
+    fp8: bool,
+    dropout: bool = False,
+) -> ElementwiseWork:
     """Memory-bound forward work of one layer on one GPU for ``tokens`` tokens.
 
     Norms and residual adds run on the full hidden state, replicated over TP unless sequence

@@ -69,15 +69,17 @@ def attention_gemms(model: ModelSpec, tp: int, tokens: float) -> list[Gemm]:
         gemms.append(Gemm("q_proj", tokens, model.heads * qk_head / tp, h))
     gemms += [
         Gemm("kv_down", tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
-        Gemm("kv_up", tokens, model.heads * (m.qk_nope_head_dim + m.v_head_dim) / tp,
-             m.kv_lora_rank),
+        Gemm(
+            "kv_up", tokens, model.heads * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank
+        ),
         Gemm("attn_out", tokens, h, model.v_dim / tp),
     ]
     return gemms
 
 
-def mlp_gemms(model: ModelSpec, ffn: float, tp: int, tokens: float, name: str = "mlp",
-              count: float = 1.0) -> list[Gemm]:
+def mlp_gemms(
+    model: ModelSpec, ffn: float, tp: int, tokens: float, name: str = "mlp", count: float = 1.0
+) -> list[Gemm]:
     """fc1 (gate and up fused when gated) and fc2 of an MLP of width ``ffn``."""
     up = ffn * (2 if model.gated else 1)
     return [
@@ -96,17 +98,22 @@ def moe_gemms(model: ModelSpec, layout: Layout, tokens: float) -> list[Gemm]:
     assert model.moe is not None
     moe = model.moe
     local_experts = moe.experts / layout.ep
-    tokens_per_expert = tokens * moe.top_k / local_experts
+    # with expert TP < tp, each TP rank dispatches only its sequence-parallel share of tokens
+    expert_tokens = tokens * layout.expert_tp / layout.tp
+    tokens_per_expert = expert_tokens * moe.top_k / local_experts
     gemms = [Gemm("router", tokens, moe.experts, model.hidden)]
-    gemms += mlp_gemms(model, moe.expert_ffn_hidden, layout.expert_tp, tokens_per_expert,
-                       "expert", local_experts)
+    gemms += mlp_gemms(
+        model, moe.expert_ffn_hidden, layout.expert_tp, tokens_per_expert, "expert", local_experts
+    )
     if moe.shared_experts:
         width = moe.shared_experts * (moe.shared_expert_ffn_hidden or moe.expert_ffn_hidden)
         gemms += mlp_gemms(model, width, layout.tp, tokens, "shared_expert")
     return gemms
 
 
-def attention_core_flops(model: ModelSpec, layout: Layout, training: Training) -> tuple[float, float]:
+def attention_core_flops(
+    model: ModelSpec, layout: Layout, training: Training
+) -> tuple[float, float]:
     """(hardware, model-convention) forward FLOPs of scores and values for one micro-batch."""
     tokens = tokens_per_gpu(layout, training)
     if model.mla:
@@ -153,8 +160,9 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return 6.0 * n + 6.0 * model.layers * model.heads * d * seq_len
 
 
-def megatron_flops_per_iteration(layers: int, hidden: int, vocab: int, seq_len: int,
-                                 batch: int) -> float:
+def megatron_flops_per_iteration(
+    layers: int, hidden: int, vocab: int, seq_len: int, batch: int
+) -> float:
     """Narayanan et al. 2021, Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), GPT with full recompute."""
     b, s, ell, h, v = batch, seq_len, layers, hidden, vocab
     return 96.0 * b * s * ell * h * h * (1 + s / (6 * h) + v / (16 * ell * h))

@@ -31,8 +31,9 @@ OVERHEAD_FIXED_BYTES = 1.0 * GIB
 OVERHEAD_ACTIVATION_FRACTION = 0.10
 
 
-def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
-                                 recompute: str = "none") -> float:
+def korthikanti_activation_bytes(
+    s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False, recompute: str = "none"
+) -> float:
     """Korthikanti et al. 2022, Table 2: activation bytes of one GPT layer (fp16, dropout)."""
     sbh = s * b * h
     if recompute == "full":
@@ -50,9 +51,14 @@ def grad_bytes(training: Training) -> float:
     return 4.0
 
 
-def layer_activation_bytes(model: ModelSpec, layout: Layout, training: Training, moe: bool,
-                           flash_attention: bool | None = None,
-                           dropout: bool | None = None) -> float:
+def layer_activation_bytes(
+    model: ModelSpec,
+    layout: Layout,
+    training: Training,
+    moe: bool,
+    flash_attention: bool | None = None,
+    dropout: bool | None = None,
+) -> float:
     """Bytes one layer keeps for backward, for one micro-batch on one GPU.
 
     Replicated terms (norm inputs, GEMM inputs of the TP region, dropout masks) are split by
@@ -76,8 +82,7 @@ def layer_activation_bytes(model: ModelSpec, layout: Layout, training: Training,
     # inside the TP region
     if model.mla:
         m = model.mla
-        qkv = 2 * tok * model.heads * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-                                       + m.v_head_dim)
+        qkv = 2 * tok * model.heads * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
         replicated += 2 * tok * (m.kv_lora_rank + (m.q_lora_rank or 0))
     else:
         qkv = 2 * tok * (model.q_dim + 2 * model.kv_dim)
@@ -86,8 +91,9 @@ def layer_activation_bytes(model: ModelSpec, layout: Layout, training: Training,
         routed = tok * model.moe.top_k
         mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden, gin) + gin * routed * h
         if model.moe.shared_experts:
-            width = model.moe.shared_experts * (model.moe.shared_expert_ffn_hidden
-                                                 or model.moe.expert_ffn_hidden)
+            width = model.moe.shared_experts * (
+                model.moe.shared_expert_ffn_hidden or model.moe.expert_ffn_hidden
+            )
             mlp += _mlp_bytes(model, tok, width, gin)
         replicated += tok * model.moe.experts * 4  # router logits/probabilities (fp32)
     else:
@@ -108,8 +114,9 @@ def _mlp_bytes(model: ModelSpec, tokens: float, ffn: int, gin: float = 2.0) -> f
     return tokens * ffn * (2 + gin)  # activation input and output (fc2 input)
 
 
-def layers_in_flight(layers_per_stage: float, pp: int, vpp: int, microbatches: int,
-                     first_stage: bool = True) -> float:
+def layers_in_flight(
+    layers_per_stage: float, pp: int, vpp: int, microbatches: int, first_stage: bool = True
+) -> float:
     """Layers' worth of micro-batch activations the first pipeline stage holds at peak.
 
     1F1B: min(m, pp) micro-batches (Narayanan et al. 2021, section 2.2.1). Interleaved with v
@@ -133,8 +140,13 @@ class StateBytes:
     optimizer: float
 
 
-def state_bytes(dense_params: float, expert_params: float, layout: Layout, training: Training,
-                gathered_params: float = 0.0) -> StateBytes:
+def state_bytes(
+    dense_params: float,
+    expert_params: float,
+    layout: Layout,
+    training: Training,
+    gathered_params: float = 0.0,
+) -> StateBytes:
     """Model state of one GPU holding ``dense_params`` (sharded over DP x CP by ZeRO) and
     ``expert_params`` (sharded over the expert data-parallel group dp*cp/ep).
 

@@ -25,8 +25,19 @@ def layers_on_bottleneck_stage(layers: int, pp: int) -> int:
     return math.ceil(layers / pp)
 
 
-def pipeline_time_s(microbatches: int, stage_max_s: float, stage_sum_s: float,
-                    vpp: int) -> tuple[float, float]:
+def layers_on_edge_stage(layers: int, pp: int) -> int:
+    """Layers on the first and last stages. When pp does not divide the layers, frameworks give
+    the edge stages, which also hold the embedding and the loss, the smaller share (Megatron
+    ``--decoder-first/last-pipeline-num-layers``, account-for-embedding/loss splits), as long as
+    the middle stages can absorb the remainder."""
+    if pp <= 2 or layers % pp == 0 or layers % pp > pp - 2:
+        return math.ceil(layers / pp)
+    return layers // pp
+
+
+def pipeline_time_s(
+    microbatches: int, stage_max_s: float, stage_sum_s: float, vpp: int
+) -> tuple[float, float]:
     """(steady-state time m * t_max, bubble time) of one step, seconds."""
     steady = microbatches * stage_max_s
     bubble = max(stage_sum_s - stage_max_s, 0.0) / max(vpp, 1)

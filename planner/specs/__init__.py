@@ -6,6 +6,16 @@ from planner.specs.loading import load_accelerator, load_cluster, load_model
 from planner.specs.model import MLASpec, ModelSpec, MoESpec
 
 __all__ = [
-    "AcceleratorSpec", "Cluster", "ClusterSpec", "Layout", "MLASpec", "ModelSpec", "MoESpec",
-    "PeakTflops", "Training", "load_accelerator", "load_cluster", "load_model",
+    "AcceleratorSpec",
+    "Cluster",
+    "ClusterSpec",
+    "Layout",
+    "MLASpec",
+    "ModelSpec",
+    "MoESpec",
+    "PeakTflops",
+    "Training",
+    "load_accelerator",
+    "load_cluster",
+    "load_model",
 ]

@@ -70,7 +70,9 @@ class ClusterSpec(_Frozen):
     scale_up_domain_gpus: int = Field(gt=0, description="GPUs sharing the NVLink/xGMI domain")
     scale_up_bandwidth_gb_per_s: float = Field(gt=0, description="per GPU, one direction, GB/s")
     scale_up_latency_us: float = Field(ge=0)
-    scale_out_bandwidth_gb_per_s: float = Field(gt=0, description="per GPU NIC, one direction, GB/s")
+    scale_out_bandwidth_gb_per_s: float = Field(
+        gt=0, description="per GPU NIC, one direction, GB/s"
+    )
     scale_out_latency_us: float = Field(ge=0)
     price_per_gpu_hour_usd: float | None = Field(default=None, gt=0)
     profile: str | None = Field(default=None, description="calibration profile id or path override")

@@ -31,7 +31,9 @@ class Layout(_Frozen):
     ep: int = Field(default=1, gt=0, description="expert parallel size (inside tp*dp*cp)")
     vpp: int | None = Field(default=None, gt=0, description="virtual stages per pipeline rank")
     sequence_parallel: bool = False
-    zero: Literal[0, 1, 2, 3] = Field(default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params")
+    zero: Literal[0, 1, 2, 3] = Field(
+        default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params"
+    )
     schedule: Schedule | None = Field(default=None, description="None: interleaved iff vpp > 1")
     overlap_dp_grad_reduce: bool = True
     overlap_tp_comm: bool = False

@@ -42,8 +42,11 @@ def read_yaml_text(text: str, what: str) -> Any:
 def parse_spec(data: Any, cls: type[T], what: str) -> T:
     """Validate a parsed YAML mapping as ``cls``; errors name the field path."""
     if not isinstance(data, dict):
-        raise PlannerError(what, f"expected a mapping of fields, got {type(data).__name__}",
-                           ", ".join(cls.model_fields))
+        raise PlannerError(
+            what,
+            f"expected a mapping of fields, got {type(data).__name__}",
+            ", ".join(cls.model_fields),
+        )
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
@@ -59,8 +62,11 @@ def _resolve(id_or_path: str | Path, directory: Path, kind: str) -> Path:
     candidate = directory / f"{id_or_path}.yaml"
     if candidate.is_file():
         return candidate
-    raise PlannerError(kind, f"unknown {kind} '{id_or_path}'",
-                       ", ".join(shipped_ids(directory)) + ", or a path to a YAML file")
+    raise PlannerError(
+        kind,
+        f"unknown {kind} '{id_or_path}'",
+        ", ".join(shipped_ids(directory)) + ", or a path to a YAML file",
+    )
 
 
 def _load(id_or_path: str | Path, directory: Path, cls: type[T], kind: str) -> T:

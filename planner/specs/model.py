@@ -153,7 +153,9 @@ class ModelSpec(_Frozen):
         assert self.moe is not None
         m = self.moe
         expert = self.mlp_params(m.expert_ffn_hidden)
-        shared = m.shared_experts * self.mlp_params(m.shared_expert_ffn_hidden or m.expert_ffn_hidden)
+        shared = m.shared_experts * self.mlp_params(
+            m.shared_expert_ffn_hidden or m.expert_ffn_hidden
+        )
         router = self.hidden * m.experts
         return m.experts * expert + shared + router, m.top_k * expert + shared + router
 

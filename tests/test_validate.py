@@ -1,0 +1,118 @@
+"""planner validate: the schema of shared/validation/README.md in, the documented JSON out."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import planner
+from calibration.fit_public_profiles import build_profile, fit_attention, fit_hierarchical_overlap
+from planner.profile import PROFILES_DIR
+from planner.validate import framework_kernels, run_case, validate_file
+
+PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public.yaml"
+CASE_KEYS = {
+    "id",
+    "status",
+    "reason",
+    "predicted_tokens_per_s_per_gpu",
+    "measured_tokens_per_s_per_gpu",
+    "error_pct",
+    "predicted_mfu_pct",
+    "predicted_peak_memory_gib",
+    "measured_peak_memory_gib",
+}
+SUMMARY_KEYS = {
+    "n",
+    "n_ok",
+    "n_scored",
+    "mape_pct",
+    "median_ape_pct",
+    "p90_ape_pct",
+    "max_ape_pct",
+    "memory_mape_pct",
+}
+
+needs_public = pytest.mark.skipif(not PUBLIC.is_file(), reason="shared/validation not present")
+
+
+@pytest.fixture(scope="module")
+def public_result() -> dict:
+    return validate_file(PUBLIC, planner.default_profile)
+
+
+@needs_public
+def test_every_public_case_is_simulated(public_result):
+    cases = public_result["cases"]
+    assert len(cases) == len(yaml.safe_load(PUBLIC.read_text()))
+    for c in cases:
+        assert set(c) >= CASE_KEYS
+        assert c["status"] in ("ok", "infeasible", "unsupported"), (c["id"], c["reason"])
+        if c["status"] == "infeasible":
+            assert "GiB" in c["reason"]
+        pred, meas = c["predicted_tokens_per_s_per_gpu"], c["measured_tokens_per_s_per_gpu"]
+        assert pred > 0
+        assert c["error_pct"] == pytest.approx((pred - meas) / meas * 100, abs=0.02)
+    assert set(public_result["summary"]) == SUMMARY_KEYS
+    json.dumps(public_result)  # JSON-ready
+
+
+@needs_public
+def test_summary_matches_cases(public_result):
+    scored = [c for c in public_result["cases"] if c["status"] == "ok" and c.get("scored", True)]
+    s = public_result["summary"]
+    assert s["n_scored"] == len(scored)
+    mape = sum(abs(c["error_pct"]) for c in scored) / len(scored)
+    assert s["mape_pct"] == pytest.approx(mape, abs=0.01)
+    assert s["median_ape_pct"] <= s["p90_ape_pct"] <= s["max_ape_pct"]
+
+
+def _a_case() -> dict:
+    cases = yaml.safe_load(PUBLIC.read_text())
+    return copy.deepcopy(next(c for c in cases if c["id"].startswith("dgxc_llama31_8b")))
+
+
+@needs_public
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda c: c.pop("model"), "model"),
+        (lambda c: c["layout"].update(bogus=1), "layout.bogus"),
+        (lambda c: c["layout"].update(tp=3), "layout.tp"),
+        (lambda c: c.update(num_gpus=7), "num_gpus"),
+        (lambda c: c.update(cluster="no-such-cluster"), "cluster"),
+        (lambda c: c["training"].update(precision="fp7"), "training.precision"),
+    ],
+)
+def test_bad_case_is_an_error_naming_the_field(mutate, field):
+    case = _a_case()
+    mutate(case)
+    out = run_case(case, planner.default_profile)
+    assert out["status"] == "error"
+    assert field.split(".")[-1] in out["reason"]
+
+
+def test_non_mapping_case_is_an_error():
+    assert run_case(["not", "a", "case"], planner.default_profile)["status"] == "error"
+
+
+def test_framework_kernels_follow_the_era():
+    assert (
+        framework_kernels("megatron-lm", "Narayanan et al. 2021, SC21")["attention_kernel"]
+        == "unfused"
+    )
+    assert framework_kernels("llm-foundry", "MosaicML")["attention_kernel"] == "flash2"
+    nemo = framework_kernels("nemo", "NeMo 24.07")
+    assert nemo["attention_kernel"] == "fused" and nemo["grad_reduce_dtype"] == "bf16"
+    assert framework_kernels("some-new-framework", "")["attention_kernel"] == "fused"
+
+
+@pytest.mark.parametrize("accel", ["h100-sxm5-80gb", "a100-sxm4-80gb", "b200"])
+def test_shipped_profiles_are_what_the_fit_script_writes(accel):
+    shipped = json.loads((PROFILES_DIR / f"{accel}.json").read_text())
+    rebuilt = build_profile(accel, fit_attention(), fit_hierarchical_overlap())
+    assert json.loads(json.dumps(rebuilt)) == shipped
