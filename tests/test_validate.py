@@ -56,7 +56,7 @@ def test_every_public_case_is_simulated(public_result):
             assert "GiB" in c["reason"]
         pred, meas = c["predicted_tokens_per_s_per_gpu"], c["measured_tokens_per_s_per_gpu"]
         assert pred > 0
-        assert c["error_pct"] == pytest.approx((pred - meas) / meas * 100, abs=0.02)
+        assert c["error_pct"] == pytest.approx((pred - meas) / meas * 100, abs=0.1)
     assert set(public_result["summary"]) == SUMMARY_KEYS
     json.dumps(public_result)  # JSON-ready
 
