@@ -52,6 +52,19 @@ def _add_simulate(sub: Any) -> None:
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallel")
     p.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
     p.add_argument(
+        "--attention-kernel",
+        choices=("fused", "flash2", "unfused"),
+        default="fused",
+        help="fused: best vendor kernel (cuDNN / FlashAttention-3); flash2; unfused scores",
+    )
+    p.add_argument("--dropout", action="store_true", help="GPT-3 style hidden/attention dropout")
+    p.add_argument(
+        "--grad-reduce-dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="dtype of the gradient buffer and its DP reduction",
+    )
+    p.add_argument(
         "--schedule",
         choices=("1f1b", "interleaved"),
         default=None,
@@ -168,6 +181,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         micro_batch=args.micro_batch,
         recompute=args.recompute,
         precision=args.precision,
+        attention_kernel=args.attention_kernel,
+        dropout=args.dropout,
+        grad_reduce_dtype=args.grad_reduce_dtype,
     )
     planner.check_layout(model, cluster, layout, training, gpus=args.gpus)
     report = planner.simulate(model, cluster, layout, training, _load_profile(args.profile))
