@@ -50,7 +50,7 @@ def _add_simulate(sub: Any) -> None:
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallel")
-    p.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
+    p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16")
     p.add_argument(
         "--attention-kernel",
         choices=("fused", "flash2", "unfused"),

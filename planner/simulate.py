@@ -58,13 +58,20 @@ def _layer_costs(
     else:
         a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev)
     ew = elementwise.layer_elementwise(
-        model, layout, tokens, moe, lf.gemms, training.precision == "fp8", training.dropout
+        model,
+        layout,
+        tokens,
+        moe,
+        lf.gemms,
+        training.precision == "fp8",
+        training.dropout,
+        training.act_bytes,
     )
     e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
 
     # TP: 2 all-reduces forward and 2 backward (or all-gather + reduce-scatter pairs with SP, the
     # same bus volume), each over the full [s, b, h] activation (Korthikanti et al. 2022, Fig. 5).
-    act_bytes = tokens * model.hidden * elementwise.ACT_BYTES
+    act_bytes = tokens * model.hidden * training.act_bytes
     if layout.sequence_parallel:
         one = comms.collective_time_s(
             "all_gather", act_bytes, groups.tp, fabric
@@ -86,7 +93,7 @@ def _layer_costs(
             )
         else:
             kv_width = 2 * model.kv_dim
-        chunk = tokens * kv_width / layout.tp * elementwise.ACT_BYTES
+        chunk = tokens * kv_width / layout.tp * training.act_bytes
         hop = comms.collective_time_s("send_recv", chunk, groups.cp, fabric)
         cp_f = comms.exposed_time_s((layout.cp - 1) * hop, a_f, fabric)
         cp_b = comms.exposed_time_s(2 * (layout.cp - 1) * hop, a_b, fabric)
@@ -95,7 +102,7 @@ def _layer_costs(
     ep_f = ep_b = 0.0
     if moe and model.moe is not None and layout.ep > 1:
         seq_split = layout.tp if layout.sequence_parallel else 1
-        routed = tokens / seq_split * model.moe.top_k * model.hidden * elementwise.ACT_BYTES
+        routed = tokens / seq_split * model.moe.top_k * model.hidden * training.act_bytes
         ep_f = ep_b = 2.0 * comms.collective_time_s("all_to_all", routed, groups.ep, fabric)
 
     fwd = g_f + a_f + e_f + tp_f + cp_f + ep_f
@@ -176,15 +183,18 @@ def simulate_step(
     # ---- first-stage embedding and last-stage logits + loss ------------------------------
     logit = flops.logits_gemm(model, layout, training)
     lg_f, lg_b = compute.gemms_time_s((logit,), dev)
-    loss_f = elementwise.logits_loss_bytes(model, layout, tokens) / dev.hbm_bytes_per_s
+    loss_f = (
+        elementwise.logits_loss_bytes(model, layout, tokens, training.act_bytes)
+        / dev.hbm_bytes_per_s
+    )
     logits_s = lg_f + lg_b + 2.0 * loss_f
-    emb_s = 3.0 * tokens * model.hidden * elementwise.ACT_BYTES / dev.hbm_bytes_per_s
+    emb_s = 3.0 * tokens * model.hidden * training.act_bytes / dev.hbm_bytes_per_s
 
     # ---- pipeline point-to-point: one send forward and one backward per virtual stage ----
     pp_s = 0.0
     if layout.pp > 1:
         seq_split = layout.tp if layout.sequence_parallel else 1
-        msg = tokens * model.hidden * elementwise.ACT_BYTES / seq_split
+        msg = tokens * model.hidden * training.act_bytes / seq_split
         pp_s = 2.0 * vpp * comms.collective_time_s("send_recv", msg, groups.pp, fabric)
 
     # ---- parameters held per GPU (bottleneck stage) --------------------------------------
@@ -312,7 +322,7 @@ def simulate_step(
     tokens_step = training.tokens_per_step
     tps = tokens_step / step
     mf_tok = flops.model_flops_per_token(model, training.seq_len)
-    peak = accel.peak_flops_per_s("bf16")
+    peak = accel.peak_flops_per_s(training.work_precision)
     mfu = 100.0 * mf_tok * tps / (gpus * peak)
     attn_hw, attn_conv = flops.attention_core_flops(model, layout, training)
     if training.attention_kernel == "unfused":

@@ -18,7 +18,7 @@ class Device:
     """What the compute model needs to know about one GPU under one profile and precision."""
 
     gemm_peak_flops: float  # FLOP/s for the training precision's GEMMs
-    bf16_peak_flops: float  # FLOP/s for bf16 work (attention, logits, router)
+    bf16_peak_flops: float  # FLOP/s for bf16 (fp32 when training in fp32) attention, logits
     hbm_bytes_per_s: float  # achieved HBM bandwidth for memory-bound kernels
     gemm_eta: float  # large-GEMM efficiency at the training precision
     bf16_gemm_eta: float
@@ -29,6 +29,7 @@ class Device:
     attn_eta_bwd: float
     attn_seq_half: float
     gemm_in_bytes: float  # bytes per GEMM input element (1 for fp8)
+    act_bytes: float  # bytes per activation / GEMM output element
 
 
 def make_device(
@@ -38,7 +39,8 @@ def make_device(
     attention_kernel: str = "fused",
 ) -> Device:
     """Bind an accelerator and a profile for one training precision and attention kernel."""
-    bf16_peak = accel.peak_flops_per_s("bf16")
+    work = "fp32" if precision == "fp32" else "bf16"
+    bf16_peak = accel.peak_flops_per_s(work)
     gemm_peak = accel.peak_flops_per_s(precision)
     attn = profile.attention
     if attention_kernel == "flash2" and profile.attention_flash2 is not None:
@@ -48,14 +50,15 @@ def make_device(
         bf16_peak_flops=bf16_peak,
         hbm_bytes_per_s=accel.hbm_bandwidth_tb_per_s * 1e12 * profile.memory.eta_hbm,
         gemm_eta=profile.gemm_eta_max(precision) * profile.gemm.sustained_fraction,
-        bf16_gemm_eta=profile.gemm_eta_max("bf16") * profile.gemm.sustained_fraction,
+        bf16_gemm_eta=profile.gemm_eta_max(work) * profile.gemm.sustained_fraction,
         dim_half=profile.gemm.dim_half,
         gemm_fixed_s=profile.gemm.fixed_us * 1e-6,
         mem_fixed_s=profile.memory.fixed_us * 1e-6,
         attn_eta_fwd=attn.eta_max_fwd * profile.gemm.sustained_fraction,
         attn_eta_bwd=attn.eta_max_bwd * profile.gemm.sustained_fraction,
         attn_seq_half=attn.seq_half,
-        gemm_in_bytes=1.0 if precision == "fp8" else 2.0,
+        gemm_in_bytes={"fp8": 1.0, "fp32": 4.0}.get(precision, 2.0),
+        act_bytes=4.0 if precision == "fp32" else 2.0,
     )
 
 
@@ -66,9 +69,9 @@ def gemm_time_s(m: float, n: float, k: float, dev: Device, low_precision: bool =
     if low_precision:
         peak, eta, in_bytes = dev.gemm_peak_flops, dev.gemm_eta, dev.gemm_in_bytes
     else:
-        peak, eta, in_bytes = dev.bf16_peak_flops, dev.bf16_gemm_eta, 2.0
+        peak, eta, in_bytes = dev.bf16_peak_flops, dev.bf16_gemm_eta, dev.act_bytes
     t_flops = 2.0 * m * n * k / (peak * eta * shape)
-    t_bytes = ((m * k + k * n) * in_bytes + m * n * 2.0) / dev.hbm_bytes_per_s
+    t_bytes = ((m * k + k * n) * in_bytes + m * n * dev.act_bytes) / dev.hbm_bytes_per_s
     return max(t_flops, t_bytes) + dev.gemm_fixed_s
 
 
@@ -113,7 +116,7 @@ def unfused_attention_time_s(
         seq_len, d_v, seq_len, dev, False
     )
     scores = seqs * seq_len * seq_len
-    per_score = 4.0 + (5.0 if dropout else 0.0)
+    per_score = (4.0 + (5.0 if dropout else 0.0)) * dev.act_bytes / 2.0
     soft = scores * per_score / dev.hbm_bytes_per_s
     fix = dev.gemm_fixed_s  # one batched launch per GEMM, not one per matrix
     fwd = seqs * (qk + pv - 2 * fix) + 2 * fix + soft

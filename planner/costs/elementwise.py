@@ -12,7 +12,7 @@ from planner.costs.flops import Gemm
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
-ACT_BYTES = 2  # bf16/fp16 activations
+ACT_BYTES = 2  # bf16/fp16 activations (4 when training in fp32: pass act_bytes)
 BACKWARD_BYTES_FACTOR = 2.0
 FP8_CAST_BYTES_PER_ELEMENT = ACT_BYTES + 2  # read bf16, write fp8 and its transpose (TE)
 
@@ -33,6 +33,7 @@ def layer_elementwise(
     gemms: tuple[Gemm, ...],
     fp8: bool,
     dropout: bool = False,
+    act_bytes: float = ACT_BYTES,
 ) -> ElementwiseWork:
     """Memory-bound forward work of one layer on one GPU for ``tokens`` tokens.
 
@@ -43,7 +44,7 @@ def layer_elementwise(
     tp = layout.tp
     seq_split = tp if layout.sequence_parallel else 1
     # two norms (read + write) and two residual adds (read 2, write 1)
-    hidden_bytes = tokens * h * ACT_BYTES * (2 * 2 + 2 * 3) / seq_split
+    hidden_bytes = tokens * h * act_bytes * (2 * 2 + 2 * 3) / seq_split
     kernels = 4.0
     if dropout:
         hidden_bytes += 2 * tokens * h * 1 / seq_split  # two 1 B masks (fused bias-dropout-add)
@@ -51,30 +52,32 @@ def layer_elementwise(
         ffn_tokens = tokens * model.moe.top_k
         ffn = model.moe.expert_ffn_hidden
         # dispatch and combine permutations copy each routed token twice (read + write)
-        hidden_bytes += 2 * 2 * ffn_tokens * h * ACT_BYTES
+        hidden_bytes += 2 * 2 * ffn_tokens * h * act_bytes
         kernels += 6.0
     else:
         ffn_tokens, ffn = tokens, model.ffn_hidden
     if model.gated:
-        act_bytes = 3 * ffn_tokens * ffn / tp * ACT_BYTES  # read gate and up, write product
+        mlp_bytes = 3 * ffn_tokens * ffn / tp * act_bytes  # read gate and up, write product
     else:
-        act_bytes = 2 * ffn_tokens * ffn / tp * ACT_BYTES
+        mlp_bytes = 2 * ffn_tokens * ffn / tp * act_bytes
     kernels += 1
     rope_bytes = 0.0
     if not model.learned_position_embeddings:
-        rope_bytes = 2 * tokens * (model.q_dim + model.kv_dim) / tp * ACT_BYTES
+        rope_bytes = 2 * tokens * (model.q_dim + model.kv_dim) / tp * act_bytes
         kernels += 1
     cast_bytes = 0.0
     if fp8:
         cast_bytes = sum(g.m * g.k * g.count for g in gemms if g.name != "router")
         cast_bytes *= FP8_CAST_BYTES_PER_ELEMENT
         kernels += len(gemms)
-    return ElementwiseWork(hidden_bytes + act_bytes + rope_bytes + cast_bytes, kernels)
+    return ElementwiseWork(hidden_bytes + mlp_bytes + rope_bytes + cast_bytes, kernels)
 
 
-def logits_loss_bytes(model: ModelSpec, layout: Layout, tokens: float) -> float:
+def logits_loss_bytes(
+    model: ModelSpec, layout: Layout, tokens: float, act_bytes: float = ACT_BYTES
+) -> float:
     """Forward bytes of softmax + cross-entropy over the TP-split vocabulary (fp32 math)."""
-    return tokens * model.vocab / layout.tp * (ACT_BYTES + 4 + 4)
+    return tokens * model.vocab / layout.tp * (act_bytes + 4 + 4)
 
 
 def adam_bytes_per_param() -> float:

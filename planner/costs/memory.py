@@ -46,6 +46,8 @@ def korthikanti_activation_bytes(
 
 def grad_bytes(training: Training) -> float:
     """Bytes per parameter of the gradient buffer (and of its DP reduction)."""
+    if training.precision == "fp32":
+        return 4.0
     if training.precision == "fp16" or training.grad_reduce_dtype == "bf16":
         return 2.0
     return 4.0
@@ -75,8 +77,9 @@ def layer_activation_bytes(
     h = model.hidden
     tok = s * b
     seq_split = t if layout.sequence_parallel else 1
+    scale = training.act_bytes / 2.0  # the terms below are in 2-byte units
     if training.recompute == "full":
-        return 2.0 * tok * h / seq_split
+        return 2.0 * tok * h / seq_split * scale
     # replicated (outside the TP region): two norm inputs, QKV input, MLP input, 2 dropout masks
     replicated = 2 * 2 * tok * h + 2 * gin * tok * h + (2 * tok * h if dropout else 0)
     # inside the TP region
@@ -104,7 +107,7 @@ def layer_activation_bytes(
     elif flash_attention:
         core = 4.0 * tok * model.heads  # fp32 log-sum-exp per row
     sharded = qkv + attn_out + mlp + core
-    return replicated / seq_split + sharded / t
+    return (replicated / seq_split + sharded / t) * scale
 
 
 def _mlp_bytes(model: ModelSpec, tokens: float, ffn: int, gin: float = 2.0) -> float:
@@ -154,14 +157,16 @@ def state_bytes(
     """
     shard = layout.dp * layout.cp
     expert_shard = max(1, layout.tp * shard // (layout.ep * layout.expert_tp))
-    w_b = WEIGHT_BYTES
+    fp32 = training.precision == "fp32"
+    w_b = 4 if fp32 else WEIGHT_BYTES  # fp32 training: the weights are the master copy
+    o_b = 8 if fp32 else OPTIMIZER_BYTES
     g_b = grad_bytes(training)
 
     def split(params: float, n: int) -> tuple[float, float, float]:
         z = layout.zero
         w = params * w_b / (n if z >= 3 else 1)
         g = params * g_b / (n if z >= 2 else 1)
-        o = params * OPTIMIZER_BYTES / (n if z >= 1 else 1)
+        o = params * o_b / (n if z >= 1 else 1)
         return w, g, o
 
     wd, gd, od = split(dense_params, shard)
@@ -171,6 +176,6 @@ def state_bytes(
 
 
 def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
-    """Logits (bf16) and their fp32 softmax for one micro-batch on the last stage."""
+    """Logits (bf16, or fp32) and their fp32 softmax for one micro-batch on the last stage."""
     tokens = training.micro_batch * training.seq_len / layout.cp
-    return tokens * model.vocab / layout.tp * (2 + 4)
+    return tokens * model.vocab / layout.tp * (training.act_bytes + 4)

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Recompute = Literal["none", "selective", "full"]
-TrainPrecision = Literal["bf16", "fp16", "fp8"]
+TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
 Schedule = Literal["1f1b", "interleaved"]
 AttentionKernel = Literal["fused", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
@@ -86,6 +86,16 @@ class Training(_Frozen):
     grad_reduce_dtype: GradDtype = Field(
         default="fp32", description="dtype of the gradient buffer and its DP reduction"
     )
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes of one activation element (fp32 training keeps everything in fp32)."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def work_precision(self) -> str:
+        """Precision of non-GEMM tensor work (attention, logits): fp32 or bf16."""
+        return "fp32" if self.precision == "fp32" else "bf16"
 
     @property
     def tokens_per_step(self) -> int:
