@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
@@ -78,10 +80,32 @@ class CommEfficiency(_Frozen):
     )
 
 
+class CollectiveFit(_Frozen):
+    """A measured collective as alpha-beta: time = latency + factor(n) x bytes / busbw."""
+
+    op: Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+    ranks: int = Field(gt=1)
+    latency_us: float = Field(ge=0)
+    bus_bandwidth_gb_per_s: float = Field(gt=0)
+    backend: str
+
+
+class MeasuredDevice(_Frozen):
+    """The machine a measured profile came from; CPU hosts have no datasheet, so the planner
+    builds their accelerator spec from these figures (``calibration.measured_cluster``)."""
+
+    name: str
+    kind: Literal["cpu", "cuda"]
+    peak_tflops: dict[str, float] = Field(description="best measured GEMM TFLOP/s per dtype")
+    memory_bandwidth_gb_per_s: float = Field(gt=0, description="measured copy bandwidth")
+    memory_gib: float | None = Field(default=None, gt=0)
+    threads: int | None = Field(default=None, gt=0)
+
+
 class CalibrationProfile(_Frozen):
     """Efficiency parameters for one accelerator (and its fabric)."""
 
-    schema_version: int = PROFILE_SCHEMA_VERSION
+    schema_version: Literal[1] = PROFILE_SCHEMA_VERSION
     id: str
     accelerator: str
     method: str = Field(description="how the figures were obtained")
@@ -92,6 +116,11 @@ class CalibrationProfile(_Frozen):
     )
     memory: MemoryEfficiency
     comm: CommEfficiency
+    collectives: list[CollectiveFit] = Field(
+        default_factory=list, description="measured alpha-beta fits; used inside one domain"
+    )
+    device: MeasuredDevice | None = None
+    metadata: dict = Field(default_factory=dict, description="how and where it was measured")
     sources: list[str] = Field(default_factory=list)
     raw: dict = Field(default_factory=dict, description="the samples the fit used")
 
@@ -114,6 +143,13 @@ def load_profile(id_or_path: str | Path) -> CalibrationProfile:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise PlannerError("profile", f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != PROFILE_SCHEMA_VERSION:
+        raise PlannerError(
+            "profile.schema_version",
+            f"unsupported profile version {version!r}",
+            str(PROFILE_SCHEMA_VERSION),
+        )
     try:
         return CalibrationProfile.model_validate(data)
     except ValidationError as exc:

@@ -50,6 +50,8 @@ class Fabric:
     hierarchical_overlap: float
     domain_gpus: int
     overlap_contention: float = 0.0
+    # measured (op, ranks) -> (latency s, bus bandwidth B/s), used for groups inside a domain
+    measured: tuple[tuple[str, int, float, float], ...] = ()
 
 
 def make_fabric(cluster: Cluster, profile: CalibrationProfile) -> Fabric:
@@ -64,7 +66,20 @@ def make_fabric(cluster: Cluster, profile: CalibrationProfile) -> Fabric:
         hierarchical_overlap=profile.comm.hierarchical_overlap,
         domain_gpus=s.scale_up_domain_gpus,
         overlap_contention=profile.comm.overlap_contention,
+        measured=tuple(
+            (c.op, c.ranks, c.latency_us * 1e-6, c.bus_bandwidth_gb_per_s * 1e9)
+            for c in profile.collectives
+        ),
     )
+
+
+def _measured_fit(kind: str, n: int, fabric: Fabric) -> tuple[float, float] | None:
+    """(latency s, busbw B/s) of the measured fit for ``kind`` nearest to ``n`` ranks."""
+    best = None
+    for op, ranks, lat, bw in fabric.measured:
+        if op == kind and (best is None or abs(ranks - n) < abs(best[0] - n)):
+            best = (ranks, lat, bw)
+    return None if best is None else (best[1], best[2])
 
 
 def exposed_time_s(
@@ -113,6 +128,10 @@ def collective_time_s(
     if where.size <= 1 or buffer_bytes <= 0:
         return 0.0
     g, k = where.per_domain, where.domains
+    if k == 1 and fabric.measured:
+        fit = _measured_fit(kind, g, fabric)
+        if fit is not None:
+            return fit[0] + _factor(kind, g) * buffer_bytes / fit[1]
     if kind == "all_to_all":
         # every rank sends (n-1)/n of its buffer; the share bound for other domains uses the NIC
         n = where.size
