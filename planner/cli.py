@@ -1,4 +1,5 @@
-"""The ``planner`` console script: ``simulate``, ``validate`` and ``list``.
+"""The ``planner`` console script: ``simulate``, ``validate``, ``list``, and (torch extra)
+``calibrate`` and ``closed-loop``.
 
 Every bad input (a planner.PlannerError, or a pydantic error converted to one) prints one line
 ``error: <field>: <message> (valid: ...)`` on stderr and exits with status 2. Rendering lives in
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 import planner
+from planner import calibrate_cmds
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.render import render_list, render_simulation, render_validation
@@ -107,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="calibration profile id or JSON path (default: each cluster's own profile)",
     )
     v.add_argument("--json", action="store_true", help="print the result as JSON")
+    calibrate_cmds.add_parsers(sub)
     lp = sub.add_parser("list", help="list shipped models, clusters or accelerators")
     lp.add_argument("kind", choices=("models", "clusters", "accelerators"))
     lp.add_argument("--json", action="store_true", help="print a JSON list of {id, description}")
@@ -253,6 +256,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "simulate": cmd_simulate,
     "validate": cmd_validate,
     "list": cmd_list,
+    **calibrate_cmds.COMMANDS,
 }
 
 

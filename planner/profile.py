@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError

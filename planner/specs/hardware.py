@@ -35,7 +35,7 @@ class AcceleratorSpec(_Frozen):
         gt=0, description="memory a training process can allocate (capacity minus context/driver)"
     )
     hbm_bandwidth_tb_per_s: float = Field(gt=0, description="peak HBM bandwidth, TB/s (1e12 B/s)")
-    tdp_w: float = Field(gt=0, description="board power, W")
+    tdp_w: float | None = Field(default=None, gt=0, description="board power, W (None: unknown)")
     profile: str = Field(description="id of the default calibration profile (calibration/profiles)")
     sources: list[str] = Field(min_length=1)
 

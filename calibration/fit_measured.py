@@ -1,0 +1,211 @@
+"""Fit a CalibrationProfile from the raw samples of ``planner calibrate`` (scipy).
+
+* GEMM: t = 2mnk / (peak x eta_dtype x s(m)s(n)s(k)) + fixed, s(d) = d / (d + dim_half),
+  fitted jointly over dtypes by least squares on log time (one dim_half and fixed cost,
+  one eta per dtype).
+* Attention: eta(S) = eta_max S / (S + seq_half) for forward and backward, FLOPs in the
+  FlashAttention convention (forward 4 b h S^2 d, halved for causal; backward 2.5x).
+* Memory-bound ops: t = bytes / bandwidth + fixed (linear least squares), eta_hbm = bandwidth
+  over the reference (datasheet on GPUs, measured copy bandwidth on CPUs).
+* Collectives: per op and group size, alpha-beta t = latency + factor(n) bytes / busbw with
+  non-negative least squares (nccl-tests bus-bandwidth factors).
+
+The peak a GPU profile is relative to is its accelerator's datasheet figure; a CPU host has
+none, so its best measured GEMM throughput per dtype is its "peak" (``MeasuredDevice``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from scipy.optimize import curve_fit, least_squares, nnls
+
+from calibration.samples import SuiteResult
+from planner.costs.comms import _factor
+from planner.profile import (
+    AttentionEfficiency,
+    CalibrationProfile,
+    CollectiveFit,
+    CommEfficiency,
+    GemmEfficiency,
+    MeasuredDevice,
+    MemoryEfficiency,
+    load_profile,
+)
+from planner.specs.hardware import AcceleratorSpec
+
+CPU_COMM = {"base_latency_us": 0.0, "hierarchical_overlap": 0.5, "overlap_contention": 1.0}
+
+
+def _shape(m: np.ndarray, n: np.ndarray, k: np.ndarray, half: float) -> np.ndarray:
+    return (m / (m + half)) * (n / (n + half)) * (k / (k + half))
+
+
+def measured_peaks(suite: SuiteResult) -> dict[str, float]:
+    """Best measured GEMM throughput per dtype, TFLOP/s."""
+    best: dict[str, float] = defaultdict(float)
+    for g in suite.gemm:
+        best[g.dtype] = max(best[g.dtype], 2.0 * g.m * g.n * g.k / g.seconds / 1e12)
+    return dict(best)
+
+
+def fit_gemm(suite: SuiteResult, peaks_tflops: dict[str, float]) -> tuple[GemmEfficiency, dict]:
+    """Joint fit of (dim_half, fixed_us, eta per dtype); returns the fit and its residuals."""
+    dtypes = sorted({g.dtype for g in suite.gemm if g.dtype in peaks_tflops})
+    rows = [g for g in suite.gemm if g.dtype in dtypes]
+    m = np.array([g.m for g in rows], float)
+    n = np.array([g.n for g in rows], float)
+    k = np.array([g.k for g in rows], float)
+    t = np.array([g.seconds for g in rows])
+    peak = np.array([peaks_tflops[g.dtype] * 1e12 for g in rows])
+    idx = np.array([dtypes.index(g.dtype) for g in rows])
+
+    def model(x: np.ndarray) -> np.ndarray:
+        half, fixed, etas = x[0], x[1], x[2:]
+        return 2 * m * n * k / (peak * etas[idx] * _shape(m, n, k, half)) + fixed * 1e-6
+
+    x0 = np.r_[32.0, 5.0, np.full(len(dtypes), 0.8)]
+    lo = np.r_[1.0, 0.0, np.full(len(dtypes), 0.01)]
+    hi = np.r_[4096.0, 1e5, np.full(len(dtypes), 1.5)]
+    res = least_squares(lambda x: np.log(model(x) / t), x0, bounds=(lo, hi))
+    half, fixed, etas = res.x[0], res.x[1], res.x[2:]
+    rel = model(res.x) / t - 1.0
+    eta = {d: float(min(e, 1.0)) for d, e in zip(dtypes, etas, strict=True)}
+    if "bf16" not in eta:  # the profile schema keys the fallback on bf16
+        eta["bf16"] = eta.get("fp16", eta.get("fp32", 0.5))
+    fit = GemmEfficiency(
+        eta_max={k_: round(v, 4) for k_, v in eta.items()},
+        dim_half=round(float(half), 2),
+        fixed_us=round(float(fixed), 3),
+    )
+    return fit, {
+        "gemm_median_abs_rel_error": float(np.median(np.abs(rel))),
+        "gemm_max_abs_rel_error": float(np.max(np.abs(rel))),
+    }
+
+
+def _sat(s: np.ndarray, eta: float, half: float) -> np.ndarray:
+    return eta * s / (s + half)
+
+
+def fit_attention(suite: SuiteResult, peak_flops: float) -> tuple[AttentionEfficiency, dict]:
+    """Saturating efficiency in sequence length for the forward and backward kernels."""
+    a = suite.attention
+    s = np.array([x.seq for x in a], float)
+    fwd_flops = np.array(
+        [4.0 * x.batch * x.heads * x.seq**2 * x.head_dim * (0.5 if x.causal else 1.0) for x in a]
+    )
+    ef = fwd_flops / np.array([x.fwd_seconds for x in a]) / peak_flops
+    eb = 2.5 * fwd_flops / np.array([x.bwd_seconds for x in a]) / peak_flops
+    bounds = ([1e-4, 0.0], [2.0, 1e6])
+    (f_eta, f_half), _ = curve_fit(_sat, s, ef, p0=(float(ef.max()), 100.0), bounds=bounds)
+    (b_eta, b_half), _ = curve_fit(_sat, s, eb, p0=(float(eb.max()), 100.0), bounds=bounds)
+    pred_f, pred_b = _sat(s, f_eta, f_half), _sat(s, b_eta, b_half)
+    err = np.abs(np.r_[pred_f / ef, pred_b / eb] - 1.0)
+    fit = AttentionEfficiency(
+        eta_max_fwd=round(float(min(f_eta, 1.0)), 4),
+        eta_max_bwd=round(float(min(b_eta, 1.0)), 4),
+        seq_half=round(float((f_half + b_half) / 2), 1),
+    )
+    return fit, {"attention_median_abs_rel_error": float(np.median(err))}
+
+
+def fit_memory(suite: SuiteResult, reference_bytes_per_s: float) -> tuple[MemoryEfficiency, dict]:
+    """t = bytes / bandwidth + fixed over every memory-bound sample."""
+    b = np.array([x.bytes_moved for x in suite.memory])
+    t = np.array([x.seconds for x in suite.memory])
+    (inv_bw, fixed), _ = nnls(np.c_[b, np.ones_like(b)] / t[:, None], np.ones_like(t))
+    bw = 1.0 / max(inv_bw, 1e-30)
+    rel = (b * inv_bw + fixed) / t - 1.0
+    fit = MemoryEfficiency(
+        eta_hbm=round(float(min(bw / reference_bytes_per_s, 1.0)), 4),
+        fixed_us=round(float(fixed * 1e6), 3),
+    )
+    return fit, {
+        "memory_bandwidth_gb_per_s": bw / 1e9,
+        "memory_median_abs_rel_error": float(np.median(np.abs(rel))),
+    }
+
+
+def fit_collectives(suite: SuiteResult) -> tuple[list[CollectiveFit], dict]:
+    """Alpha-beta per (op, ranks), relative least squares with non-negative terms."""
+    groups: dict[tuple[str, int, str], list] = defaultdict(list)
+    for c in suite.collectives:
+        groups[(c.op, c.ranks, c.backend)].append(c)
+    fits, errs = [], []
+    for (op, ranks, backend), cs in sorted(groups.items()):
+        x = np.array([_factor(op, ranks) * c.bytes for c in cs], float)  # type: ignore[arg-type]
+        t = np.array([c.seconds for c in cs])
+        (lat, inv_bw), _ = nnls(np.c_[np.ones_like(x), x] / t[:, None], np.ones_like(t))
+        inv_bw = max(inv_bw, 1e-15)
+        errs.extend(np.abs((lat + inv_bw * x) / t - 1.0))
+        fits.append(
+            CollectiveFit(
+                op=op,
+                ranks=ranks,
+                latency_us=round(float(lat * 1e6), 3),
+                bus_bandwidth_gb_per_s=round(float(1.0 / inv_bw / 1e9), 4),
+                backend=backend,
+            )
+        )
+    return fits, {"collective_median_abs_rel_error": float(np.median(errs)) if errs else None}
+
+
+def fit_profile(
+    suite: SuiteResult,
+    profile_id: str,
+    accelerator: AcceleratorSpec | None = None,
+    accelerator_id: str | None = None,
+) -> CalibrationProfile:
+    """A full profile from one suite run. GPUs: relative to ``accelerator``'s datasheet, other
+    fields from its public-figure profile; CPUs: relative to the measured peaks."""
+    meta = suite.metadata
+    peaks = measured_peaks(suite)
+    copies = [x for x in suite.memory if x.op == "copy"]
+    copy_bw = max(x.bytes_moved / x.seconds for x in copies) if copies else 1e10
+    device = MeasuredDevice(
+        name=meta.device_name,
+        kind=meta.device,
+        peak_tflops={k: round(v, 4) for k, v in peaks.items()},
+        memory_bandwidth_gb_per_s=round(copy_bw / 1e9, 3),
+        memory_gib=meta.memory_gib,
+        threads=meta.cpu_threads,
+    )
+    if accelerator is not None:
+        ref_peaks = {
+            d: accelerator.peak_flops_per_s(d) / 1e12
+            for d in peaks
+            if getattr(accelerator.peak_tflops, d, None)
+        }
+        ref_bw = accelerator.hbm_bandwidth_tb_per_s * 1e12
+        attn_peak = accelerator.peak_flops_per_s("bf16")
+        base = load_profile(accelerator.profile)
+        comm = base.comm
+        sustained = base.gemm.sustained_fraction
+    else:
+        ref_peaks, ref_bw = peaks, copy_bw
+        attn_dtype = "bf16" if meta.device == "cuda" and "bf16" in peaks else "fp32"
+        attn_peak = peaks.get(attn_dtype, max(peaks.values())) * 1e12
+        comm = CommEfficiency(scale_up_eta=1.0, scale_out_eta=1.0, **CPU_COMM)
+        sustained = 1.0
+    gemm, g_err = fit_gemm(suite, ref_peaks)
+    gemm = gemm.model_copy(update={"sustained_fraction": sustained})
+    attn, a_err = fit_attention(suite, attn_peak)
+    mem, m_err = fit_memory(suite, ref_bw)
+    colls, c_err = fit_collectives(suite)
+    return CalibrationProfile(
+        id=profile_id,
+        accelerator=accelerator_id or meta.device_name,
+        method=f"measured by planner calibrate ({'quick' if meta.quick else 'full'} suite) on "
+        f"{meta.device_name}, fitted by calibration/fit_measured.py",
+        gemm=gemm,
+        attention=attn,
+        memory=mem,
+        comm=comm,
+        collectives=colls,
+        device=device,
+        metadata=meta.model_dump() | {"fit": g_err | a_err | m_err | c_err},
+        sources=[f"measured: {meta.command} on {meta.hostname}, {meta.date}"],
+        raw=suite.model_dump(exclude={"metadata"}),
+    )
