@@ -1,12 +1,10 @@
-"""A decoder-only transformer built from a dense :class:`ModelSpec` (nanoGPT-like, bias-free).
+"""A decoder-only transformer built from a dense :class:`ModelSpec` (nanoGPT-like).
 
 Layout per block (pre-norm): ``x + attn(norm1(x))`` then ``x + mlp(norm2(x))``; a final norm and
 an output projection (tied to the token embedding when ``spec.tied_embeddings``).
 
-* Norms: ``LayerNorm`` without bias when ``activation == "gelu"`` (GPT-2/3 style), otherwise
-  ``RMSNorm``. The planner counts a GeLU model's per-layer LayerNorms with a bias
-  (``4 * hidden`` per layer); this bias-free model has ``2 * hidden`` fewer parameters per layer,
-  a relative gap of well under 0.1% for any realistic shape.
+* Norms: ``LayerNorm`` with its bias when ``activation == "gelu"`` (GPT-2/3 style, as the
+  planner counts them), otherwise ``RMSNorm``. Linear layers have no bias.
 * Attention: one fused QKV projection of width ``q_dim + 2 * kv_dim``, GQA by repeating K/V heads,
   causal ``F.scaled_dot_product_attention``, output projection ``v_dim -> hidden``.
 * MLP: ``gelu``: fc1, GeLU, fc2; ``relu2``: fc1, ReLU squared, fc2; ``swiglu``/``geglu``: fused
@@ -52,9 +50,9 @@ def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
 
 
 def _norm(spec: ModelSpec) -> nn.Module:
-    """LayerNorm without bias for GeLU (GPT) models, RMSNorm otherwise."""
+    """LayerNorm (with bias) for GeLU (GPT) models, RMSNorm otherwise."""
     if spec.activation == "gelu":
-        return nn.LayerNorm(spec.hidden, bias=False)
+        return nn.LayerNorm(spec.hidden)
     return nn.RMSNorm(spec.hidden, eps=1e-5)
 
 
@@ -71,7 +69,9 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(spec.hidden, self.q_dim + 2 * self.kv_dim, bias=False)
         self.proj = nn.Linear(spec.v_dim, spec.hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
         """Attend over ``x`` (B, T, hidden); ``rope`` is the (cos, sin) pair for T positions."""
         b, t, _ = x.shape
         q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
@@ -124,7 +124,9 @@ class Block(nn.Module):
         self.norm2 = _norm(spec)
         self.mlp = MLP(spec)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
         """One block over ``x`` (B, T, hidden)."""
         x = x + self.attn(self.norm1(x), rope)
         return x + self.mlp(self.norm2(x))
@@ -223,5 +225,8 @@ def build_gpt(
         )
     if not spec.learned_position_embeddings and spec.d_head % 2:
         raise ValueError(f"{spec.name}: RoPE needs an even head_dim, got {spec.d_head}")
-    model = GPT(spec, seq_len)
-    return model.to(device=device, dtype=dtype)
+    model = GPT(spec, seq_len).to(device=device, dtype=dtype)
+    if model.wpe is None:  # keep the RoPE tables in float32 whatever the parameter dtype
+        model.rope_cos = model.rope_cos.float()
+        model.rope_sin = model.rope_sin.float()
+    return model
