@@ -30,12 +30,16 @@ def main() -> None:
     else:
         accel = "h200-sxm-141gb" if args.device == "cuda" else None
         profile, _ = run_calibration(args.device, True, max(2, *args.ddp), accel, None)
-    print(f"{'model':12} {'device':6} {'ddp':>3} {'measured ms':>12} {'predicted ms':>13} "
-          f"{'error %':>8}")
+    print(
+        f"{'model':12} {'device':6} {'ddp':>3} {'measured ms':>12} {'predicted ms':>13} "
+        f"{'error %':>8}"
+    )
     for ddp in args.ddp:
         out = closed_loop(model, args.device, ddp, args.seq_len, args.micro_batch, 6, profile)
-        print(f"{model:12} {args.device:6} {ddp:3d} {out['measured_step_s'] * 1e3:12.1f} "
-              f"{out['predicted_step_s'] * 1e3:13.1f} {out['error_pct']:+8.1f}")
+        print(
+            f"{model:12} {args.device:6} {ddp:3d} {out['measured_step_s'] * 1e3:12.1f} "
+            f"{out['predicted_step_s'] * 1e3:13.1f} {out['error_pct']:+8.1f}"
+        )
 
 
 if __name__ == "__main__":
