@@ -62,6 +62,9 @@ def simulate(
     return simulate_step(model, cluster, layout, training, prof)
 
 
+# ``planner.search`` is the search subpackage, callable as ``planner.search(...)``
+from planner.search import SearchResult  # noqa: E402
+
 __all__ = [
     "MFU_CONVENTION",
     "AcceleratorSpec",
@@ -79,5 +82,7 @@ __all__ = [
     "load_cluster",
     "load_model",
     "load_profile",
+    "SearchResult",
+    "search",
     "simulate",
 ]

@@ -1,0 +1,176 @@
+"""Layout search: one legal-layout generator, exact enumeration, Optuna proposals, Pareto fronts.
+
+>>> import planner
+>>> model, cluster = planner.load_model("llama3.1-8b"), planner.load_cluster("dgx-h100")
+>>> result = planner.search(model, cluster, gpus=16, global_batch=64, seq_len=4096)
+>>> result.best.report.tokens_per_s > 0
+True
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import PlannerError
+from planner.profile import CalibrationProfile
+from planner.search.evaluate import Evaluated, Evaluator, Objective
+from planner.search.exhaustive import count_candidates, exhaustive
+from planner.search.pareto import pareto_front
+from planner.search.space import SearchSpace, default_space, legal_layouts
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Training
+from planner.specs.model import ModelSpec
+
+# exhaustive when the space holds at most this many candidates (~10-20 s at ~15k evals/s)
+AUTO_EXHAUSTIVE_LIMIT = 200_000
+METHODS = ("auto", "exhaustive", "optuna")
+
+
+@dataclass
+class SearchResult:
+    """What a search found. ``ranked``: evaluated candidates, best first (feasible first)."""
+
+    method: str
+    ranked: list[Evaluated]
+    evaluated: int
+    infeasible: dict[str, int]
+    seconds: float
+    space_size: int | None
+    notes: list[str] = field(default_factory=list)
+    pareto: dict[str, list[Evaluated]] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Evaluated:
+        if not self.ranked or not self.ranked[0].feasible:
+            raise PlannerError(
+                "search",
+                "no feasible layout: "
+                + ", ".join(f"{k} ({v})" for k, v in self.infeasible.items()),
+                "more GPUs, a smaller model, or another global batch",
+            )
+        return self.ranked[0]
+
+    def top(self, k: int = 10) -> list[Evaluated]:
+        return [e for e in self.ranked if e.feasible][:k]
+
+
+def search(
+    model: ModelSpec,
+    cluster: Cluster,
+    gpus: int | Sequence[int],
+    global_batch: int,
+    seq_len: int = 4096,
+    precision: str = "bf16",
+    objective: Objective = "tokens_per_s",
+    tokens: float | None = None,
+    method: str = "auto",
+    sampler: str = "tpe",
+    trials: int = 300,
+    storage: str | None = None,
+    study: str | None = None,
+    workers: int = 1,
+    memory_headroom: float = 0.0,
+    space: SearchSpace | None = None,
+    profile: CalibrationProfile | None = None,
+    pareto: bool = False,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchResult:
+    """Find the best legal layout of ``model`` on ``cluster`` for ``objective``.
+
+    ``gpus``: one count, or several (cost / time-to-train objectives trade GPU count against
+    speed). ``method``: exhaustive enumeration (ground truth), Optuna, or auto (exhaustive when
+    the space holds at most AUTO_EXHAUSTIVE_LIMIT candidates).
+    """
+    if method not in METHODS:
+        raise PlannerError("method", f"unknown method {method!r}", ", ".join(METHODS))
+    counts = (gpus,) if isinstance(gpus, int) else tuple(gpus)
+    if not counts or min(counts) < 1:
+        raise PlannerError("gpus", f"{gpus}", "one or more positive GPU counts")
+    if global_batch < 1 or seq_len < 1:
+        raise PlannerError(
+            "global_batch" if global_batch < 1 else "seq_len", "must be positive", "an integer >= 1"
+        )
+    from planner import default_profile
+
+    prof = profile or default_profile(cluster)
+    training = Training(seq_len=seq_len, global_batch=global_batch, precision=precision)
+    space = space or default_space(model, cluster, counts, seq_len)
+    evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens)
+    start = time.perf_counter()
+    size = None
+    notes = []
+    if method in ("auto", "exhaustive"):
+        size = count_candidates(evaluator, training, space)
+        if method == "auto":
+            method = "exhaustive" if size <= AUTO_EXHAUSTIVE_LIMIT else "optuna"
+            notes.append(
+                f"auto chose {method}: {size:,} legal candidates "
+                f"(exhaustive up to {AUTO_EXHAUSTIVE_LIMIT:,})"
+            )
+    space.rejected.clear()
+    if method == "exhaustive":
+        ranked = exhaustive(
+            evaluator, training, space, (lambda i: progress(i, size)) if progress and size else None
+        )
+    else:
+        from planner.search.optuna_search import optuna_search
+
+        ranked = optuna_search(
+            evaluator,
+            training,
+            space,
+            sampler=sampler,
+            trials=trials,
+            storage=storage,
+            study_name=study,
+            workers=workers,
+            seed=seed,
+            progress=progress,
+        )
+    infeasible = Counter(space.rejected) + evaluator.infeasible
+    result = SearchResult(
+        method,
+        ranked,
+        evaluator.simulated,
+        dict(infeasible),
+        time.perf_counter() - start,
+        size,
+        notes,
+    )
+    if pareto:
+        result.pareto = {
+            "tokens_per_s_vs_memory_headroom": pareto_front(
+                ranked, ("tokens_per_s", "memory_headroom_gib")
+            ),
+            "tokens_per_s_vs_gpus": pareto_front(ranked, ("tokens_per_s", "fewer_gpus")),
+        }
+    return result
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``planner.search(...)`` call :func:`search` while ``planner.search`` stays the
+    subpackage that holds the generator and the methods."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> SearchResult:
+        return search(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+__all__ = [
+    "Evaluated",
+    "Evaluator",
+    "SearchResult",
+    "SearchSpace",
+    "default_space",
+    "legal_layouts",
+    "pareto_front",
+    "search",
+]
