@@ -265,7 +265,13 @@ def simulate_step(
         if layout.overlap_dp_grad_reduce:
             reduce = comms.exposed_time_s(reduce, stage_bwd, fabric, bucket_frac)
             gather = comms.exposed_time_s(gather, stage_fwd, fabric, bucket_frac)
-        dp_step = reduce + gather
+        if layout.zero == 2 and m > 1:
+            # sharded gradients cannot accumulate locally: every micro-batch reduce-scatters
+            # its gradients into the shard (ZeRO-2, Rajbhandari et al. 2020, section 5.2)
+            dp_per_mb = reduce
+            dp_step = gather
+        else:
+            dp_step = reduce + gather
 
     # ---- stage times and the pipeline ----------------------------------------------------
     def stage(n_layers: float, edge: dict[str, float]) -> dict[str, float]:

@@ -2,8 +2,8 @@
 
 A candidate is a (gpus, Layout, Training). The structural part (tp, cp, pp, vpp, ep, dp,
 micro-batch) is enumerated under the divisibility rules of ``planner.legality.check_layout``
-(heads and kv_heads by tp, layers by pp*vpp, global batch by micro_batch*dp, experts by ep, tp
-within one scale-up domain); the knobs (recompute, ZeRO stage, sequence parallelism, overlap
+(heads and kv_heads by tp; layers, or layers + embedding + loss, by pp*vpp when interleaving;
+global batch by micro_batch*dp; experts by ep; tp within one scale-up domain); the knobs (recompute, ZeRO stage, sequence parallelism, overlap
 switches) multiply it. Structural rejections are counted with their reasons.
 """
 
@@ -99,7 +99,10 @@ def structures(
     """Every legal structure; rejected ones are counted in ``space.rejected`` by reason."""
     domain = cluster.spec.scale_up_domain_gpus
     tps = space.tp or tuple(t for t in POW2 if t <= domain)
-    pps = space.pp or tuple(_divisors(model.layers))
+    # divisors of the layers, and powers of two with an uneven split (Megatron gives the edge
+    # stages fewer layers; --account-for-embedding/loss-in-pipeline-split)
+    pps = space.pp or tuple(sorted(set(_divisors(model.layers))
+                                   | {p for p in POW2 if p <= model.layers}))
     eps = space.ep or (1,)
     rej = space.rejected
     for gpus in space.gpus:
@@ -118,8 +121,9 @@ def structures(
                 continue
             dp = gpus // (tp * cp * pp)
             for vpp, ep, mb in itertools.product(space.vpp, eps, space.micro_batch):
-                if vpp > 1 and (pp == 1 or model.layers % (pp * vpp)):
-                    rej["layers not divisible by pp*vpp"] += 1
+                if vpp > 1 and (pp == 1 or (model.layers % (pp * vpp)
+                                            and (model.layers + 2) % (pp * vpp))):
+                    rej["layers (+ embedding and loss) not divisible by pp*vpp"] += 1
                     continue
                 if ep > 1 and (model.moe is None or model.moe.experts % ep or (tp * dp * cp) % ep):
                     rej["ep does not divide experts or tp*dp*cp"] += 1
