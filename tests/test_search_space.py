@@ -1,0 +1,144 @@
+"""The legal-layout generator, the evaluator cache, exhaustive enumeration and Pareto fronts."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.search import SearchSpace, default_space, legal_layouts, pareto_front
+from planner.search.evaluate import Evaluator
+from planner.search.exhaustive import exhaustive
+from planner.search.space import assert_legal, structures
+from planner.specs.layout import Training
+
+
+@pytest.fixture(scope="module")
+def problem():
+    model, cluster = planner.load_model("llama3.1-8b"), planner.load_cluster("dgx-h100")
+    return model, cluster, Training(seq_len=4096, global_batch=64)
+
+
+def test_every_generated_layout_is_legal_and_distinct(problem):
+    model, cluster, tr = problem
+    space = default_space(model, cluster, (16, 32), tr.seq_len)
+    seen = set()
+    for gpus, layout, training in legal_layouts(model, cluster, tr, space):
+        assert_legal(model, cluster, gpus, layout, training)
+        key = (gpus, layout, training)
+        assert key not in seen
+        seen.add(key)
+    assert len(seen) > 100
+    assert sum(space.rejected.values()) > 0  # rejections are counted with reasons
+    assert all(isinstance(reason, str) and reason for reason in space.rejected)
+
+
+def test_generator_respects_divisibility():
+    model = planner.load_model("llama3.1-405b")  # 126 layers, 128 heads, 8 kv heads
+    cluster = planner.load_cluster("dgx-h100")
+    tr = Training(seq_len=8192, global_batch=512)
+    space = SearchSpace(gpus=(1024,))
+    for s in structures(model, cluster, tr, space):
+        assert model.n_kv_heads % s.tp == 0 and s.tp <= 8
+        assert s.tp * s.cp * s.pp * s.dp == 1024
+        assert tr.global_batch % (s.micro_batch * s.dp) == 0
+        if s.vpp > 1:
+            assert model.layers % (s.pp * s.vpp) == 0 or (model.layers + 2) % (s.pp * s.vpp) == 0
+
+
+def test_moe_space_has_expert_parallelism():
+    model, cluster = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100")
+    space = default_space(model, cluster, (64,), 4096)
+    eps = {
+        s.ep for s in structures(model, cluster, Training(seq_len=4096, global_batch=256), space)
+    }
+    assert eps >= {1, 2, 4, 8}
+
+
+def test_evaluator_never_simulates_twice(problem):
+    model, cluster, tr = problem
+    ev = Evaluator(model, cluster, planner.default_profile(cluster))
+    layout = planner.Layout(dp=16)
+    a = ev(16, layout, tr)
+    b = ev(16, layout, tr)
+    assert a is b and ev.simulated == 1
+
+
+def test_exhaustive_is_sorted_and_matches_simulate(problem):
+    model, cluster, tr = problem
+    space = default_space(model, cluster, (16,), tr.seq_len)
+    ev = Evaluator(model, cluster, planner.default_profile(cluster))
+    ranked = exhaustive(ev, tr, space)
+    feasible = [e for e in ranked if e.feasible]
+    assert feasible and all(not e.feasible for e in ranked[len(feasible) :])
+    scores = [e.score for e in feasible]
+    assert scores == sorted(scores, reverse=True)
+    best = feasible[0]
+    again = planner.simulate(model, cluster, best.layout, best.training)
+    assert again.tokens_per_s == pytest.approx(best.report.tokens_per_s)
+    assert ev.simulated == len(ranked)
+
+
+def test_memory_headroom_shrinks_the_feasible_set(problem):
+    model, cluster, tr = problem
+    space = default_space(model, cluster, (16,), tr.seq_len)
+    prof = planner.default_profile(cluster)
+    loose = exhaustive(Evaluator(model, cluster, prof), tr, space)
+    tight = exhaustive(Evaluator(model, cluster, prof, memory_headroom=0.3), tr, space)
+    assert sum(e.feasible for e in tight) < sum(e.feasible for e in loose)
+    for e in tight:
+        if e.feasible:
+            assert e.report.peak_memory_gib <= 0.7 * e.report.usable_memory_gib
+
+
+def test_objectives_and_bad_inputs(problem):
+    model, cluster, tr = problem
+    prof = planner.default_profile(cluster)
+    with pytest.raises(planner.PlannerError, match="tokens"):
+        Evaluator(model, cluster, prof, objective="time_to_train")
+    unpriced = planner.load_cluster("gb200-nvl72")
+    with pytest.raises(planner.PlannerError, match="objective"):
+        Evaluator(model, unpriced, planner.default_profile(unpriced), objective="cost")
+    with pytest.raises(planner.PlannerError, match="method"):
+        planner.search(model, cluster, gpus=16, global_batch=64, method="annealing")
+    r = planner.search(
+        model,
+        cluster,
+        gpus=(8, 16, 32),
+        global_batch=64,
+        seq_len=4096,
+        objective="cost",
+        method="exhaustive",
+    )
+    best = r.best
+    dollars = cluster.spec.price_per_gpu_hour_usd * best.gpus / 3600 / best.report.tokens_per_s
+    assert -best.score == pytest.approx(dollars * 1e6)
+
+
+def test_pareto_front_is_non_dominated(problem):
+    model, cluster, tr = problem
+    r = planner.search(
+        model,
+        cluster,
+        gpus=(8, 16),
+        global_batch=64,
+        seq_len=4096,
+        pareto=True,
+        method="exhaustive",
+    )
+    for name, axes in (
+        ("tokens_per_s_vs_memory_headroom", ("tokens_per_s", "memory_headroom_gib")),
+        ("tokens_per_s_vs_gpus", ("tokens_per_s", "fewer_gpus")),
+    ):
+        front = r.pareto[name]
+        assert front
+        again = pareto_front(front, axes)
+        assert len(again) == len(front)
+    fastest = max((e for e in r.ranked if e.feasible), key=lambda e: e.report.tokens_per_s)
+    assert r.pareto["tokens_per_s_vs_gpus"][0].report.tokens_per_s == fastest.report.tokens_per_s
+
+
+def test_no_feasible_layout_says_why():
+    model, cluster = planner.load_model("llama3.1-405b"), planner.load_cluster("dgx-h100")
+    r = planner.search(model, cluster, gpus=8, global_batch=8, seq_len=4096, method="exhaustive")
+    with pytest.raises(planner.PlannerError, match="no feasible layout"):
+        _ = r.best
