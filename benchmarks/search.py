@@ -50,8 +50,7 @@ class TracingEvaluator(Evaluator):
     def __call__(self, gpus, layout, training):  # noqa: ANN001, ANN204
         out = super().__call__(gpus, layout, training)
         if self.trace is not None:
-            self.trace.points.append((time.perf_counter() - self.trace.t0, out.score,
-                                      out.feasible))
+            self.trace.points.append((time.perf_counter() - self.trace.t0, out.score, out.feasible))
         return out
 
 
@@ -80,8 +79,10 @@ def run_problem(spec: tuple, trials: int, seeds: int) -> list[str]:
     opt = ranked[0].score if ranked and ranked[0].feasible else None
     rows = []
     name = f"{model_id} / {cluster_id} / {gpus}"
-    rows.append(f"| {name} | exhaustive | {len(ranked):,} | {opt or 0:,.0f} | 0.0 | "
-                f"{len(ranked):,} | {t_ex:.1f} |")
+    rows.append(
+        f"| {name} | exhaustive | {len(ranked):,} | {opt or 0:,.0f} | 0.0 | "
+        f"{len(ranked):,} | {t_ex:.1f} |"
+    )
     if opt is None:
         return rows
     from planner.search.optuna_search import optuna_search
@@ -91,18 +92,31 @@ def run_problem(spec: tuple, trials: int, seeds: int) -> list[str]:
         for seed in range(seeds):
             tev = TracingEvaluator(model, cluster, prof)
             tev.trace = Trace(time.perf_counter(), [])
-            optuna_search(tev, training, SearchSpace(**{
-                k: getattr(space, k) for k in SearchSpace.__dataclass_fields__
-                if k != "rejected"}), sampler=sampler, trials=trials, seed=seed)
+            optuna_search(
+                tev,
+                training,
+                SearchSpace(
+                    **{
+                        k: getattr(space, k)
+                        for k in SearchSpace.__dataclass_fields__
+                        if k != "rejected"
+                    }
+                ),
+                sampler=sampler,
+                trials=trials,
+                seed=seed,
+            )
             n, t, best = _reach(tev.trace, 0.99 * opt)
             gaps.append((opt - best) / opt * 100)
             calls.append(n if n is not None else float("inf"))
             secs.append(t if t is not None else float("inf"))
         med = statistics.median(calls)
-        rows.append(f"| {name} | optuna {sampler} ({seeds} seeds) | {trials} trials | "
-                    f"gap median {statistics.median(gaps):.2f}% | max {max(gaps):.2f}% | "
-                    f"{'>' + str(trials) if med == float('inf') else int(med)} | "
-                    f"{statistics.median(secs):.1f} |")
+        rows.append(
+            f"| {name} | optuna {sampler} ({seeds} seeds) | {trials} trials | "
+            f"gap median {statistics.median(gaps):.2f}% | max {max(gaps):.2f}% | "
+            f"{'>' + str(trials) if med == float('inf') else int(med)} | "
+            f"{statistics.median(secs):.1f} |"
+        )
     return rows
 
 
@@ -112,8 +126,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--problems", type=int, default=len(PROBLEMS))
     args = ap.parse_args()
-    print("| problem (model / cluster / GPUs) | method | evaluated | best tokens/s | gap to "
-          "optimum | evaluations to reach 1% | seconds to reach 1% |")
+    print(
+        "| problem (model / cluster / GPUs) | method | evaluated | best tokens/s | gap to "
+        "optimum | evaluations to reach 1% | seconds to reach 1% |"
+    )
     print("|---|---|---|---|---|---|---|")
     for spec in PROBLEMS[: args.problems]:
         for row in run_problem(spec, args.trials, args.seeds):

@@ -1,5 +1,5 @@
-"""The ``planner`` console script: ``simulate``, ``validate``, ``list``, and (torch extra)
-``calibrate`` and ``closed-loop``.
+"""The ``planner`` console script: ``simulate``, ``search``, ``validate``, ``list``, and (torch
+extra) ``calibrate`` and ``closed-loop``.
 
 Every bad input (a planner.PlannerError, or a pydantic error converted to one) prints one line
 ``error: <field>: <message> (valid: ...)`` on stderr and exits with status 2. Rendering lives in
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 import planner
-from planner import calibrate_cmds
+from planner import calibrate_cmds, search_cmd
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.render import render_list, render_simulation, render_validation
@@ -37,7 +37,12 @@ def _add_simulate(sub: Any) -> None:
     )
     p.add_argument("--model", required=True, help="shipped model id or path to a model YAML")
     p.add_argument("--cluster", required=True, help="shipped cluster id or path to a YAML")
-    p.add_argument("--gpus", type=int, required=True, help="total GPUs of the job")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="total GPUs of the job (required unless --layout FILE gives it)",
+    )
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline parallel size (default 1)")
     p.add_argument(
@@ -47,7 +52,12 @@ def _add_simulate(sub: Any) -> None:
     p.add_argument("--ep", type=int, default=1, help="expert parallel size (default 1)")
     p.add_argument("--vpp", type=int, default=None, help="virtual stages per pipeline rank")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch")
-    p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
+    p.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="sequences per step (required unless --layout FILE has a training section)",
+    )
     p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage")
@@ -84,6 +94,13 @@ def _add_simulate(sub: Any) -> None:
         help="do not overlap the ZeRO-3 parameter all-gather",
     )
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
+    p.add_argument(
+        "--layout",
+        metavar="FILE",
+        default=None,
+        help="layout YAML (as written by planner search): its layout and training replace the "
+        "layout and training flags; its gpus are used unless --gpus is given",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -109,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="calibration profile id or JSON path (default: each cluster's own profile)",
     )
     v.add_argument("--json", action="store_true", help="print the result as JSON")
+    search_cmd.add_parser(sub)
     calibrate_cmds.add_parsers(sub)
     lp = sub.add_parser("list", help="list shipped models, clusters or accelerators")
     lp.add_argument("kind", choices=("models", "clusters", "accelerators"))
@@ -156,11 +174,9 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def cmd_simulate(args: argparse.Namespace) -> int:
-    """``planner simulate``: one step prediction as rich tables or JSON."""
-    model = planner.load_model(args.model)
-    cluster = planner.load_cluster(args.cluster)
-    layout = _build(
+def _layout_from_flags(args: argparse.Namespace) -> planner.Layout:
+    """The Layout described by the layout flags of ``planner simulate``."""
+    return _build(
         planner.Layout,
         "layout",
         tp=args.tp,
@@ -176,7 +192,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         overlap_tp_comm=args.overlap_tp,
         overlap_zero3_param_gather=not args.no_overlap_zero3,
     )
-    training = _build(
+
+
+def _training_from_flags(args: argparse.Namespace) -> planner.Training:
+    """The Training described by the training flags; --global-batch is required."""
+    if args.global_batch is None:
+        raise PlannerError(
+            "--global-batch",
+            "required (or a --layout FILE with a training section)",
+            "an integer >= 1",
+        )
+    return _build(
         planner.Training,
         "training",
         seq_len=args.seq_len,
@@ -188,7 +214,29 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         dropout=args.dropout,
         grad_reduce_dtype=args.grad_reduce_dtype,
     )
-    planner.check_layout(model, cluster, layout, training, gpus=args.gpus)
+
+
+def _simulate_inputs(args: argparse.Namespace) -> tuple[int, planner.Layout, planner.Training]:
+    """(gpus, layout, training) from --layout FILE or from the flags."""
+    if args.layout is None:
+        if args.gpus is None:
+            raise PlannerError("--gpus", "required (or --layout FILE)", "an integer >= 1")
+        return args.gpus, _layout_from_flags(args), _training_from_flags(args)
+    from planner.search.export import load_layout_file
+
+    layout, training, file_gpus = load_layout_file(args.layout)
+    gpus = args.gpus if args.gpus is not None else (file_gpus or layout.world_size)
+    if gpus <= 0:
+        raise PlannerError("gpus", f"gpus={gpus} must be positive", "an integer >= 1")
+    return gpus, layout, training if training is not None else _training_from_flags(args)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """``planner simulate``: one step prediction as rich tables or JSON."""
+    model = planner.load_model(args.model)
+    cluster = planner.load_cluster(args.cluster)
+    gpus, layout, training = _simulate_inputs(args)
+    planner.check_layout(model, cluster, layout, training, gpus=gpus)
     report = planner.simulate(model, cluster, layout, training, _load_profile(args.profile))
     if args.json:
         out = report.to_dict()
@@ -256,6 +304,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "simulate": cmd_simulate,
     "validate": cmd_validate,
     "list": cmd_list,
+    "search": search_cmd.cmd_search,
     **calibrate_cmds.COMMANDS,
 }
 

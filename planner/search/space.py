@@ -101,8 +101,9 @@ def structures(
     tps = space.tp or tuple(t for t in POW2 if t <= domain)
     # divisors of the layers, and powers of two with an uneven split (Megatron gives the edge
     # stages fewer layers; --account-for-embedding/loss-in-pipeline-split)
-    pps = space.pp or tuple(sorted(set(_divisors(model.layers))
-                                   | {p for p in POW2 if p <= model.layers}))
+    pps = space.pp or tuple(
+        sorted(set(_divisors(model.layers)) | {p for p in POW2 if p <= model.layers})
+    )
     eps = space.ep or (1,)
     rej = space.rejected
     for gpus in space.gpus:
@@ -121,8 +122,9 @@ def structures(
                 continue
             dp = gpus // (tp * cp * pp)
             for vpp, ep, mb in itertools.product(space.vpp, eps, space.micro_batch):
-                if vpp > 1 and (pp == 1 or (model.layers % (pp * vpp)
-                                            and (model.layers + 2) % (pp * vpp))):
+                if vpp > 1 and (
+                    pp == 1 or (model.layers % (pp * vpp) and (model.layers + 2) % (pp * vpp))
+                ):
                     rej["layers (+ embedding and loss) not divisible by pp*vpp"] += 1
                     continue
                 if ep > 1 and (model.moe is None or model.moe.experts % ep or (tp * dp * cp) % ep):

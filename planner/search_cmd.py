@@ -1,0 +1,296 @@
+"""``planner search``: find the best legal layout, explain the winner, export it.
+
+Thin by design: parse flags, call :func:`planner.search.search`, render (planner/render.py) or
+print JSON, and write the winner's exports (planner/search/export.py). Every bad input is a
+PlannerError, printed by ``planner.cli.main`` as one ``error:`` line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+
+import planner
+from planner.errors import PlannerError
+from planner.report import TIME_CATEGORIES
+from planner.search import METHODS, SearchResult, search
+from planner.search.evaluate import Evaluated
+from planner.search.export import exports, write_exports
+from planner.specs.hardware import Cluster
+from planner.specs.model import ModelSpec
+
+OBJECTIVES = ("tokens_per_s", "cost", "time_to_train")
+SAMPLERS = ("tpe", "nsga2", "gp", "random")
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``planner search`` on the ``planner`` argparse subparsers."""
+    p = sub.add_parser(
+        "search",
+        help="search legal layouts for the best one",
+        description="Enumerate or sample legal parallel layouts of a model on a cluster, rank "
+        "them by an objective, explain the winner and export it for Megatron-LM or torchtitan.",
+    )
+    p.add_argument("--model", required=True, help="shipped model id or path to a model YAML")
+    p.add_argument("--cluster", required=True, help="shipped cluster id or path to a YAML")
+    p.add_argument("--gpus", type=int, required=True, help="GPU count (smallest with --gpus-max)")
+    p.add_argument(
+        "--gpus-max",
+        type=int,
+        default=None,
+        help="also search larger GPU counts up to this one: powers of two and doubling "
+        "multiples of the scale-up domain (for --objective cost or time_to_train)",
+    )
+    p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
+    p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
+    p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16")
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="tokens_per_s",
+        help="maximise tokens/s, minimise $ per million tokens, or minimise hours to train "
+        "--tokens",
+    )
+    p.add_argument("--tokens", type=float, default=None, help="token budget for time_to_train")
+    p.add_argument(
+        "--method",
+        choices=METHODS,
+        default="auto",
+        help="exhaustive enumeration, Optuna, or auto (exhaustive when the space is small)",
+    )
+    p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="Optuna sampler")
+    p.add_argument("--trials", type=int, default=300, help="Optuna trials")
+    p.add_argument("--storage", default=None, help="Optuna storage URL (shared by workers)")
+    p.add_argument("--study", default=None, help="Optuna study name (resumes when it exists)")
+    p.add_argument("--workers", type=int, default=1, help="parallel Optuna workers")
+    p.add_argument("--seed", type=int, default=0, help="Optuna sampler seed")
+    p.add_argument("--top", type=int, default=10, help="rows in the ranking table")
+    p.add_argument("--pareto", action="store_true", help="also print the Pareto fronts")
+    p.add_argument(
+        "--memory-headroom",
+        type=float,
+        default=0.05,
+        help="fraction of usable HBM kept free (default 0.05)",
+    )
+    p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
+    p.add_argument(
+        "--export-dir",
+        default=None,
+        help="write layout.yaml, megatron_args.txt and torchtitan.toml of the winner here",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def gpu_counts(first: int, last: int | None, domain: int) -> tuple[int, ...]:
+    """GPU counts to search: ``first`` alone, or ``first``..``last``: both ends, the powers of
+    two and the doubling multiples of the scale-up domain between them."""
+    if first < 1:
+        raise PlannerError("--gpus", f"gpus={first} must be positive", "an integer >= 1")
+    if last is None:
+        return (first,)
+    if last < first:
+        raise PlannerError(
+            "--gpus-max", f"{last} is below --gpus {first}", f"an integer >= {first}"
+        )
+    counts = {first, last}
+    for base in (1, max(domain, 1)):
+        c = base
+        while c <= last:
+            if c >= first:
+                counts.add(c)
+            c *= 2
+    return tuple(sorted(counts))
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for name, minimum in (("trials", 1), ("workers", 1), ("top", 1), ("global_batch", 1)):
+        value = getattr(args, name)
+        if value < minimum:
+            flag = "--" + name.replace("_", "-")
+            raise PlannerError(flag, f"{value} is below {minimum}", f"an integer >= {minimum}")
+    if args.seq_len < 1:
+        raise PlannerError("--seq-len", f"{args.seq_len} is below 1", "an integer >= 1")
+    if not 0.0 <= args.memory_headroom < 1.0:
+        raise PlannerError("--memory-headroom", f"{args.memory_headroom}", "0 <= x < 1")
+    if args.tokens is not None and args.tokens <= 0:
+        raise PlannerError("--tokens", f"{args.tokens} must be positive", "a token count > 0")
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[int, int | None], None] | None]:
+    """A transient rich progress bar on stderr (only on a terminal; stdout stays clean)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import Progress
+
+    bar = Progress(console=Console(stderr=True), transient=True)
+    task = bar.add_task("searching layouts", total=None)
+
+    def update(done: int, total: int | None) -> None:
+        bar.update(task, completed=done, total=total or None)
+
+    with bar:
+        yield update
+
+
+def entry(e: Evaluated) -> dict[str, Any]:
+    """JSON form of one evaluated candidate."""
+    return {
+        "gpus": e.gpus,
+        "layout": e.layout.model_dump(mode="json"),
+        "training": e.training.model_dump(mode="json"),
+        "report": e.report.to_dict(),
+        "score": e.score,
+    }
+
+
+def breakdown_differences(best: Evaluated, other: Evaluated, k: int = 3) -> list[dict[str, Any]]:
+    """The ``k`` time categories (seconds per step) where ``best`` and ``other`` differ most;
+    ``difference_s`` = best - other (negative: the winner spends less time there)."""
+    a, b = best.report.time_breakdown_s, other.report.time_breakdown_s
+    cats = [c for c in TIME_CATEGORIES if c in a or c in b]
+    cats += [c for c in {*a, *b} if c not in TIME_CATEGORIES]
+    rows = [
+        {
+            "category": c,
+            "best_s": a.get(c, 0.0),
+            "runner_up_s": b.get(c, 0.0),
+            "difference_s": a.get(c, 0.0) - b.get(c, 0.0),
+        }
+        for c in cats
+    ]
+    rows.sort(key=lambda r: -abs(r["difference_s"]))
+    return [r for r in rows[:k] if r["difference_s"] != 0.0]
+
+
+def setting_differences(best: Evaluated, other: Evaluated) -> list[str]:
+    """Layout and training fields that differ, as 'field best vs other'."""
+    out = [f"gpus {best.gpus} vs {other.gpus}"] if best.gpus != other.gpus else []
+    for x, y in ((best.layout, other.layout), (best.training, other.training)):
+        dx, dy = x.model_dump(), y.model_dump()
+        out += [f"{k} {dx[k]} vs {dy[k]}" for k in dx if dx[k] != dy[k]]
+    return out
+
+
+def _no_feasible(result: SearchResult, model: ModelSpec, args: argparse.Namespace) -> PlannerError:
+    reasons = sorted(result.infeasible.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{k} ({v:,})" for k, v in reasons) or "no candidates"
+    oom = any("memory" in k for k, _ in reasons)
+    hint = (
+        "more GPUs, a smaller --global-batch or --memory-headroom 0"
+        if oom
+        else "a GPU count that tp*cp*pp*dp can factor (e.g. a multiple of 8) and a global "
+        "batch divisible by micro_batch*dp"
+    )
+    counts = "/".join(str(g) for g in sorted({args.gpus, args.gpus_max or args.gpus}))
+    return PlannerError(
+        "search",
+        f"no feasible layout of {model.name} on {counts} GPUs with global batch "
+        f"{args.global_batch} and seq_len {args.seq_len}: {text}",
+        hint,
+    )
+
+
+def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResult]:
+    """Load the specs and run the search the flags describe."""
+    _check_args(args)
+    model = planner.load_model(args.model)
+    cluster = planner.load_cluster(args.cluster)
+    counts = gpu_counts(args.gpus, args.gpus_max, cluster.spec.scale_up_domain_gpus)
+    profile = planner.load_profile(args.profile) if args.profile else None
+    with _progress(sys.stderr.isatty()) as progress:
+        try:
+            result = search(
+                model,
+                cluster,
+                counts if len(counts) > 1 else counts[0],
+                args.global_batch,
+                seq_len=args.seq_len,
+                precision=args.precision,
+                objective=args.objective,
+                tokens=args.tokens,
+                method=args.method,
+                sampler=args.sampler,
+                trials=args.trials,
+                storage=args.storage,
+                study=args.study,
+                workers=args.workers,
+                memory_headroom=args.memory_headroom,
+                profile=profile,
+                pareto=args.pareto,
+                seed=args.seed,
+                progress=progress,
+            )
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").startswith("planner.search.optuna"):
+                raise PlannerError(
+                    "--method", "the Optuna search is not available in this build", "exhaustive"
+                ) from None
+            raise
+    if len(counts) > 1:
+        result.notes.append(f"GPU counts searched: {', '.join(map(str, counts))}")
+        if args.objective == "tokens_per_s":
+            result.notes.append(
+                "tokens/s grows with the GPU count: --objective cost or time_to_train (or "
+                "--pareto) trades GPUs against speed"
+            )
+    if not result.top(1):
+        raise _no_feasible(result, model, args)
+    return model, cluster, result
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """``planner search``: ranking, why the winner wins, Pareto fronts and exports."""
+    from planner.render import render_search
+
+    model, cluster, result = run_search(args)
+    best = result.best
+    top = result.top(args.top)
+    runner = top[1] if len(top) > 1 else None
+    texts = exports(model, best.gpus, best.layout, best.training)
+    paths = write_exports(args.export_dir, texts) if args.export_dir else []
+    why = breakdown_differences(best, runner) if runner else []
+    if args.json:
+        out: dict[str, Any] = {
+            "method": result.method,
+            "objective": args.objective,
+            "best": entry(best),
+            "top": [entry(e) for e in top],
+            "evaluated": result.evaluated,
+            "infeasible": result.infeasible,
+            "seconds": result.seconds,
+            "space_size": result.space_size,
+            "notes": result.notes,
+            "why": why,
+            "exports": texts,
+        }
+        if args.pareto:
+            out["pareto"] = {k: [entry(e) for e in v] for k, v in result.pareto.items()}
+        if paths:
+            out["export_files"] = [str(p) for p in paths]
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return 0
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    render_search(
+        console,
+        result,
+        model,
+        cluster,
+        args.objective,
+        top,
+        why,
+        setting_differences(best, runner) if runner else [],
+        texts,
+        paths,
+    )
+    return 0
+
+
+__all__ = ["add_parser", "breakdown_differences", "cmd_search", "gpu_counts", "run_search"]

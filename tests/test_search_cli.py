@@ -1,0 +1,280 @@
+"""``planner search``: JSON, ranking, the three exports, Pareto fronts, ``simulate --layout``."""
+
+from __future__ import annotations
+
+import io
+import json
+import tomllib
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import planner
+from planner.cli import main
+from planner.errors import PlannerError
+from planner.search.export import (
+    layout_yaml,
+    load_layout_file,
+    megatron_args,
+    parse_layout_document,
+    torchtitan_toml,
+)
+from planner.search_cmd import gpu_counts
+
+BASE = [
+    "search",
+    "--model",
+    "llama3.1-8b",
+    "--cluster",
+    "dgx-h100",
+    "--gpus",
+    "16",
+    "--global-batch",
+    "64",
+    "--seq-len",
+    "4096",
+    "--method",
+    "exhaustive",
+]
+
+
+def _run_json(argv: list[str]) -> dict[str, Any]:
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(argv) == 0
+    return json.loads(buf.getvalue())
+
+
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run argv, assert exit status 2 and one stderr line; return that line."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """One exhaustive search with --pareto and --export-dir, shared by the tests below."""
+    out = tmp_path_factory.mktemp("exports")
+    return _run_json([*BASE, "--json", "--pareto", "--export-dir", str(out)]), out
+
+
+def test_json_best_is_the_max_of_a_sorted_top(searched: tuple[dict[str, Any], Path]) -> None:
+    data, _ = searched
+    assert data["method"] == "exhaustive"
+    assert data["evaluated"] > 0 and data["seconds"] > 0
+    assert "out of memory (with headroom)" in data["infeasible"]
+    rates = [t["report"]["tokens_per_s"] for t in data["top"]]
+    assert len(rates) == 10
+    assert rates == sorted(rates, reverse=True)
+    assert data["best"]["report"]["tokens_per_s"] == max(rates)
+    assert data["best"] == data["top"][0]
+    for t in data["top"]:
+        assert set(t) >= {"gpus", "layout", "training", "report"}
+        assert t["gpus"] == 16
+        assert t["report"]["peak_memory_gib"] <= 0.95 * t["report"]["usable_memory_gib"] + 1e-9
+    assert set(data["exports"]) == {"layout_yaml", "megatron_args", "torchtitan_toml"}
+    assert len(data["why"]) <= 3
+
+
+def test_exported_layout_round_trips_through_simulate(
+    searched: tuple[dict[str, Any], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, out = searched
+    path = out / "layout.yaml"
+    assert path.read_text() == data["exports"]["layout_yaml"]
+    argv = ["simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--layout", str(path)]
+    assert main([*argv, "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["step_time_s"] == pytest.approx(data["best"]["report"]["step_time_s"], rel=1e-12)
+    assert sim["layout"]["tp"] == data["best"]["layout"]["tp"]
+    assert sim["training"] == data["best"]["training"]
+
+
+def test_megatron_args_name_the_best_layout(searched: tuple[dict[str, Any], Path]) -> None:
+    data, out = searched
+    args = (out / "megatron_args.txt").read_text()
+    best = data["best"]
+    for flag, value in (
+        ("--tensor-model-parallel-size", best["layout"]["tp"]),
+        ("--pipeline-model-parallel-size", best["layout"]["pp"]),
+        ("--micro-batch-size", best["training"]["micro_batch"]),
+        ("--global-batch-size", 64),
+        ("--seq-length", 4096),
+    ):
+        assert f"{flag} {value}\n" in args
+    assert "--bf16" in args
+
+
+def test_torchtitan_toml_parses(searched: tuple[dict[str, Any], Path]) -> None:
+    data, out = searched
+    cfg = tomllib.loads((out / "torchtitan.toml").read_text())
+    par, lay = cfg["parallelism"], data["best"]["layout"]
+    assert par["tensor_parallel_degree"] == lay["tp"]
+    assert par["pipeline_parallel_degree"] == lay["pp"]
+    assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == lay["dp"]
+    assert cfg["training"]["global_batch_size"] == 64
+    assert cfg["activation_checkpoint"]["mode"] == data["best"]["training"]["recompute"]
+
+
+def test_pareto_fronts_are_non_dominated(searched: tuple[dict[str, Any], Path]) -> None:
+    data, _ = searched
+    axes = {
+        "tokens_per_s_vs_memory_headroom": ("tokens_per_s", "memory_headroom_gib"),
+        "tokens_per_s_vs_gpus": ("tokens_per_s", "gpus"),
+    }
+    assert set(data["pareto"]) == set(axes)
+    for name, front in data["pareto"].items():
+        assert front, name
+
+        def point(e: dict[str, Any], name: str = name) -> tuple[float, float]:
+            a, b = axes[name]
+            second = -e["gpus"] if b == "gpus" else e["report"][b]
+            return e["report"][a], second
+
+        pts = [point(e) for e in front]
+        for i, p in enumerate(pts):
+            for j, q in enumerate(pts):
+                if i != j:
+                    assert not (q[0] >= p[0] and q[1] >= p[1]), (name, p, q)
+
+
+def test_table_output_explains_the_winner(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*BASE, "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    for text in (
+        "Layout search",
+        "exhaustive",
+        "Top 3 layouts",
+        "Why the best beats the runner-up",
+        "s per step",
+        "--tensor-model-parallel-size",
+        "[parallelism]",
+        "planner layout: llama3.1-8b",
+    ):
+        assert text in out, text
+
+
+def test_cost_over_a_gpu_range_prefers_cheap_tokens() -> None:
+    data = _run_json([*BASE, "--gpus", "8", "--gpus-max", "32", "--objective", "cost", "--json"])
+    assert {t["gpus"] for t in data["top"]} <= {8, 16, 32}
+    scores = [t["score"] for t in data["top"]]
+    assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
+    assert any("GPU counts searched: 8, 16, 32" in n for n in data["notes"])
+
+
+def test_gpu_counts() -> None:
+    assert gpu_counts(16, None, 8) == (16,)
+    assert gpu_counts(16, 128, 8) == (16, 32, 64, 128)
+    assert gpu_counts(64, 300, 72) == (64, 72, 128, 144, 256, 288, 300)
+    with pytest.raises(PlannerError, match="gpus-max"):
+        gpu_counts(16, 8, 8)
+
+
+def test_cost_on_a_cluster_without_price(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*BASE, "--cluster", "dgx-a100-40gb", "--objective", "cost"]
+    assert "error: objective:" in _error(capsys, argv)
+
+
+def test_time_to_train_needs_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "tokens" in _error(capsys, [*BASE, "--objective", "time_to_train"])
+
+
+def test_unknown_method_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*BASE, "--method", "foo"])
+    assert exc.value.code == 2
+    assert "--method" in capsys.readouterr().err
+
+
+def test_no_feasible_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error(capsys, [*BASE, "--gpus", "3"])
+    assert "no feasible layout" in line and "3 GPUs" in line
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--top", "0"), ("--memory-headroom", "1.5"), ("--trials", "0")]
+)
+def test_bad_numbers(capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    assert flag in _error(capsys, [*BASE, flag, value])
+
+
+# ---- exports and layout files ------------------------------------------------------------------
+
+
+def test_exports_of_a_pipelined_moe_zero3_layout() -> None:
+    model = planner.load_model("mixtral-8x7b")
+    layout = planner.Layout(tp=2, pp=4, dp=8, ep=8, vpp=2, zero=3, sequence_parallel=True)
+    training = planner.Training(
+        seq_len=4096, global_batch=256, micro_batch=2, recompute="full", precision="fp8"
+    )
+    args = megatron_args(model, 64, layout, training)
+    per_stage = model.layers // 8
+    assert f"--num-layers-per-virtual-pipeline-stage {per_stage}\n" in args
+    assert "--expert-model-parallel-size 8\n" in args
+    assert "--recompute-method uniform\n--recompute-num-layers 1\n" in args
+    assert "--fp8-format hybrid" in args and "--use-distributed-optimizer" in args
+    assert any(line.startswith("# ZeRO-3") and "FSDP" in line for line in args.splitlines())
+    cfg = tomllib.loads(torchtitan_toml(model, 64, layout, training))
+    assert cfg["parallelism"]["data_parallel_shard_degree"] == 8
+    assert cfg["parallelism"]["data_parallel_replicate_degree"] == 1
+    assert cfg["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert cfg["training"]["local_batch_size"] == 256 // 8
+    assert cfg["model"]["converters"] == ["float8"]
+    back = parse_layout_document(yaml.safe_load(layout_yaml(model, 64, layout, training)))
+    assert back == (layout, training, 64)
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "expected"),
+    [
+        (126, 16, None, "--account-for-loss-in-pipeline-split"),
+        (126, 8, 2, "--virtual-pipeline-model-parallel-size 2"),
+        (100, 8, None, "--decoder-first-pipeline-num-layers 11"),
+        (96, 8, 3, "--num-layers-per-virtual-pipeline-stage 4"),
+    ],
+)
+def test_megatron_pipeline_splits(layers: int, pp: int, vpp: int | None, expected: str) -> None:
+    model = planner.load_model("llama3.1-8b").model_copy(update={"layers": layers})
+    layout = planner.Layout(tp=1, pp=pp, dp=1, vpp=vpp)
+    args = megatron_args(model, pp, layout, planner.Training(seq_len=4096, global_batch=64))
+    assert expected in args.splitlines()
+
+
+def test_layout_file_errors_name_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpus: 8\nlayout: {tp: 0, pp: 1, dp: 8}\n")
+    with pytest.raises(PlannerError) as exc:
+        load_layout_file(bad)
+    assert exc.value.field == "layout.tp"
+    bad.write_text("layout: {tp: 1, pp: 1, dp: 8}\nmicro: 2\n")
+    with pytest.raises(PlannerError) as exc:
+        load_layout_file(bad)
+    assert exc.value.field == "micro"
+    bad.write_text("[1, 2]\n")
+    with pytest.raises(PlannerError, match="mapping"):
+        load_layout_file(bad)
+
+
+def test_simulate_layout_without_training_needs_global_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "l.yaml"
+    path.write_text("layout: {tp: 2, pp: 1, dp: 4}\n")
+    argv = ["simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--layout", str(path)]
+    assert "--global-batch" in _error(capsys, argv)
+    assert main([*argv, "--global-batch", "32", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["gpus"] == 8 and sim["training"]["global_batch"] == 32
+    assert "layout" in _error(capsys, [*argv, "--global-batch", "32", "--gpus", "16"])
+
+
+def test_simulate_without_gpus_or_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--global-batch", "8"]
+    assert "--gpus" in _error(capsys, argv)
