@@ -5,8 +5,9 @@
   one eta per dtype).
 * Attention: eta(S) = eta_max S / (S + seq_half) for forward and backward, FLOPs in the
   FlashAttention convention (forward 4 b h S^2 d, halved for causal; backward 2.5x).
-* Memory-bound ops: t = bytes / bandwidth + fixed (linear least squares), eta_hbm = bandwidth
-  over the reference (datasheet on GPUs, measured copy bandwidth on CPUs).
+* Memory-bound ops: t = bytes / bandwidth_op + fixed (non-negative least squares), one
+  effective bandwidth per op (copy, norms, softmax + cross-entropy, AdamW) over the reference
+  (datasheet on GPUs, measured copy bandwidth on CPUs).
 * Collectives: per op and group size, alpha-beta t = latency + factor(n) bytes / busbw with
   non-negative least squares (nccl-tests bus-bandwidth factors).
 
@@ -112,18 +113,25 @@ def fit_attention(suite: SuiteResult, peak_flops: float) -> tuple[AttentionEffic
 
 
 def fit_memory(suite: SuiteResult, reference_bytes_per_s: float) -> tuple[MemoryEfficiency, dict]:
-    """t = bytes / bandwidth + fixed over every memory-bound sample."""
+    """t = bytes / bandwidth_op + fixed: one bandwidth per op, one fixed cost (non-negative
+    least squares on relative error); eta per op = bandwidth over the reference."""
+    ops = sorted({x.op for x in suite.memory})
     b = np.array([x.bytes_moved for x in suite.memory])
     t = np.array([x.seconds for x in suite.memory])
-    (inv_bw, fixed), _ = nnls(np.c_[b, np.ones_like(b)] / t[:, None], np.ones_like(t))
-    bw = 1.0 / max(inv_bw, 1e-30)
-    rel = (b * inv_bw + fixed) / t - 1.0
+    cols = [np.where([x.op == op for x in suite.memory], b, 0.0) for op in ops]
+    design = np.c_[np.array(cols).T, np.ones_like(b)] / t[:, None]
+    coef, _ = nnls(design, np.ones_like(t))
+    inv_bw, fixed = np.maximum(coef[:-1], 1e-30), coef[-1]
+    rel = design @ np.r_[inv_bw, fixed] - 1.0
+    bws = {op: 1.0 / ib for op, ib in zip(ops, inv_bw, strict=True)}
+    op_eta = {op: round(float(min(bw / reference_bytes_per_s, 1.0)), 4) for op, bw in bws.items()}
     fit = MemoryEfficiency(
-        eta_hbm=round(float(min(bw / reference_bytes_per_s, 1.0)), 4),
+        eta_hbm=op_eta.get("copy", float(np.median(list(op_eta.values())))),
+        op_eta=op_eta,
         fixed_us=round(float(fixed * 1e6), 3),
     )
     return fit, {
-        "memory_bandwidth_gb_per_s": bw / 1e9,
+        "memory_bandwidth_gb_per_s": {op: bw / 1e9 for op, bw in bws.items()},
         "memory_median_abs_rel_error": float(np.median(np.abs(rel))),
     }
 

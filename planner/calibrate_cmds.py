@@ -114,7 +114,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         f"wrote {args.out}: GEMM eta_max {profile.gemm.eta_max}, dim_half "
         f"{profile.gemm.dim_half}, fixed {profile.gemm.fixed_us} us; attention eta fwd/bwd "
         f"{profile.attention.eta_max_fwd}/{profile.attention.eta_max_bwd}; memory "
-        f"{fit.get('memory_bandwidth_gb_per_s', 0):.1f} GB/s; "
+        f"{', '.join(f'{k} {v:.1f}' for k, v in fit.get('memory_bandwidth_gb_per_s', {}).items())}"
+        " GB/s; "
         f"{len(profile.collectives)} collective fits\n"
     )
     return 0

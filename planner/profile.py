@@ -58,6 +58,16 @@ class MemoryEfficiency(_Frozen):
     """Memory-bound kernels (norms, activations, casts, optimizer): fraction of HBM peak."""
 
     eta_hbm: float = Field(gt=0, le=1)
+    op_eta: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-op efficiency where measured (copy, rmsnorm, layernorm, softmax_xent, "
+        "adamw); ops not listed use eta_hbm",
+    )
+
+    def eta(self, op: str) -> float:
+        """Achieved fraction of peak bandwidth for one op class."""
+        return self.op_eta.get(op, self.eta_hbm)
+
     fixed_us: float = Field(ge=0, description="per-kernel launch overhead, us")
 
 

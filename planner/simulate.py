@@ -160,7 +160,13 @@ def simulate_step(
     if check:
         check_layout(model, cluster, layout, training)
     accel = cluster.accelerator
-    dev = compute.make_device(accel, profile, training.precision, training.attention_kernel)
+    dev = compute.make_device(
+        accel,
+        profile,
+        training.precision,
+        training.attention_kernel,
+        "layernorm" if model.activation == "gelu" else "rmsnorm",
+    )
     fabric = comms.make_fabric(cluster, profile)
     groups = comms.place_groups(
         layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, fabric.domain_gpus, layout.expert_tp
@@ -185,7 +191,7 @@ def simulate_step(
     lg_f, lg_b = compute.gemms_time_s((logit,), dev)
     loss_f = (
         elementwise.logits_loss_bytes(model, layout, tokens, training.act_bytes)
-        / dev.hbm_bytes_per_s
+        / dev.xent_bytes_per_s
     )
     logits_s = lg_f + lg_b + 2.0 * loss_f
     emb_s = 3.0 * tokens * model.hidden * training.act_bytes / dev.hbm_bytes_per_s
@@ -315,7 +321,7 @@ def simulate_step(
 
     # optimizer: fused AdamW over the locally owned (sharded) parameters, memory bound
     owned = local_params / (dp_group.size if layout.zero >= 1 else 1)
-    optimizer_s = owned * elementwise.adam_bytes_per_param() / dev.hbm_bytes_per_s
+    optimizer_s = owned * elementwise.adam_bytes_per_param() / dev.adam_bytes_per_s
 
     breakdown = {k: v * m for k, v in mb_cats.items()}
     breakdown["dp_comm"] += dp_step

@@ -106,7 +106,7 @@ def test_attention_fit_recovers_the_curve(profile):
 
 def test_memory_and_collective_fits(profile):
     fit = profile.metadata["fit"]
-    assert fit["memory_bandwidth_gb_per_s"] == pytest.approx(BW / 1e9, rel=0.05)
+    assert fit["memory_bandwidth_gb_per_s"]["copy"] == pytest.approx(BW / 1e9, rel=0.05)
     assert profile.memory.fixed_us == pytest.approx(MEM_FIXED * 1e6, rel=0.3)
     for c in profile.collectives:
         assert c.latency_us == pytest.approx(LAT * 1e6, rel=0.05)

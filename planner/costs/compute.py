@@ -25,6 +25,9 @@ class Device:
     dim_half: float
     gemm_fixed_s: float
     mem_fixed_s: float
+    norm_bytes_per_s: float  # achieved bandwidth of LayerNorm / RMSNorm
+    xent_bytes_per_s: float  # softmax + cross-entropy
+    adam_bytes_per_s: float  # optimizer update
     attn_eta_fwd: float
     attn_eta_bwd: float
     attn_seq_half: float
@@ -37,23 +40,29 @@ def make_device(
     profile: CalibrationProfile,
     precision: str,
     attention_kernel: str = "fused",
+    norm: str = "rmsnorm",
 ) -> Device:
     """Bind an accelerator and a profile for one training precision and attention kernel."""
     work = "fp32" if precision == "fp32" else "bf16"
     bf16_peak = accel.peak_flops_per_s(work)
     gemm_peak = accel.peak_flops_per_s(precision)
+    peak_bw = accel.hbm_bandwidth_tb_per_s * 1e12
     attn = profile.attention
     if attention_kernel == "flash2" and profile.attention_flash2 is not None:
         attn = profile.attention_flash2
     return Device(
         gemm_peak_flops=gemm_peak,
         bf16_peak_flops=bf16_peak,
-        hbm_bytes_per_s=accel.hbm_bandwidth_tb_per_s * 1e12 * profile.memory.eta_hbm,
+        hbm_bytes_per_s=peak_bw * profile.memory.eta("copy"),
         gemm_eta=profile.gemm_eta_max(precision) * profile.gemm.sustained_fraction,
         bf16_gemm_eta=profile.gemm_eta_max(work) * profile.gemm.sustained_fraction,
         dim_half=profile.gemm.dim_half,
         gemm_fixed_s=profile.gemm.fixed_us * 1e-6,
         mem_fixed_s=profile.memory.fixed_us * 1e-6,
+        norm_bytes_per_s=peak_bw
+        * profile.memory.eta("layernorm" if norm == "layernorm" else "rmsnorm"),
+        xent_bytes_per_s=peak_bw * profile.memory.eta("softmax_xent"),
+        adam_bytes_per_s=peak_bw * profile.memory.eta("adamw"),
         attn_eta_fwd=attn.eta_max_fwd * profile.gemm.sustained_fraction,
         attn_eta_bwd=attn.eta_max_bwd * profile.gemm.sustained_fraction,
         attn_seq_half=attn.seq_half,
@@ -128,6 +137,10 @@ def memory_bound_time_s(
     work: ElementwiseWork, dev: Device, backward_factor: float
 ) -> tuple[float, float]:
     """(forward, backward) seconds of memory-bound kernels."""
-    fwd = work.fwd_bytes / dev.hbm_bytes_per_s + work.fwd_kernels * dev.mem_fixed_s
+    fwd = (
+        work.fwd_bytes / dev.hbm_bytes_per_s
+        + work.norm_bytes / dev.norm_bytes_per_s
+        + work.fwd_kernels * dev.mem_fixed_s
+    )
     bwd = backward_factor * fwd
     return fwd, bwd

@@ -21,8 +21,9 @@ FP8_CAST_BYTES_PER_ELEMENT = ACT_BYTES + 2  # read bf16, write fp8 and its trans
 class ElementwiseWork:
     """Forward HBM bytes and kernel launches of the memory-bound ops of one layer."""
 
-    fwd_bytes: float
+    fwd_bytes: float  # everything but the norms
     fwd_kernels: float
+    norm_bytes: float = 0.0  # the two norms (LayerNorm or RMSNorm)
 
 
 def layer_elementwise(
@@ -44,7 +45,8 @@ def layer_elementwise(
     tp = layout.tp
     seq_split = tp if layout.sequence_parallel else 1
     # two norms (read + write) and two residual adds (read 2, write 1)
-    hidden_bytes = tokens * h * act_bytes * (2 * 2 + 2 * 3) / seq_split
+    norm_bytes = tokens * h * act_bytes * 2 * 2 / seq_split
+    hidden_bytes = tokens * h * act_bytes * 2 * 3 / seq_split
     kernels = 4.0
     if dropout:
         hidden_bytes += 2 * tokens * h * 1 / seq_split  # two 1 B masks (fused bias-dropout-add)
@@ -70,7 +72,7 @@ def layer_elementwise(
         cast_bytes = sum(g.m * g.k * g.count for g in gemms if g.name != "router")
         cast_bytes *= FP8_CAST_BYTES_PER_ELEMENT
         kernels += len(gemms)
-    return ElementwiseWork(hidden_bytes + mlp_bytes + rope_bytes + cast_bytes, kernels)
+    return ElementwiseWork(hidden_bytes + mlp_bytes + rope_bytes + cast_bytes, kernels, norm_bytes)
 
 
 def logits_loss_bytes(
