@@ -6,9 +6,20 @@ Parameter counts are computed here and tested against published totals. Biases a
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.specs.blocks import (
+    AttentionMixer,
+    DenseMLP,
+    LayerGroup,
+    LayerSpec,
+    LinearAttentionMixer,
+    Mamba2Mixer,
+    MoEMLP,
+)
 
 Activation = Literal["gelu", "swiglu", "relu2", "geglu"]
 GATED_ACTIVATIONS = ("swiglu", "geglu")
@@ -28,6 +39,12 @@ class MoESpec(_Frozen):
     shared_expert_ffn_hidden: int | None = Field(default=None, gt=0)
     dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
     layer_freq: int = Field(default=1, gt=0, description="every layer_freq-th layer is MoE")
+    capacity_factor: float | None = Field(
+        default=None, gt=0, description="token capacity per expert / mean load; None = dropless"
+    )
+    load_imbalance: float = Field(
+        default=1.0, ge=1.0, description="busiest expert's tokens over the mean (1 = balanced)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -65,6 +82,12 @@ class ModelSpec(_Frozen):
     max_positions: int = Field(default=2048, gt=0)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    layer_groups: list[LayerGroup] | None = Field(
+        default=None, description="heterogeneous stacks; None: every layer from the flat fields"
+    )
+    mtp_layers: int = Field(
+        default=0, ge=0, description="multi-token-prediction modules (DeepSeek-V3: 1)"
+    )
     description: str | None = None
     sources: list[str] = Field(default_factory=list)
 
@@ -79,7 +102,33 @@ class ModelSpec(_Frozen):
             raise ValueError("head_dim is required when heads does not divide hidden")
         if self.moe is not None and self.moe.dense_layers > self.layers:
             raise ValueError("moe.dense_layers exceeds layers")
+        if self.layer_groups is not None:
+            n = sum(g.repeat * len(g.layers) for g in self.layer_groups)
+            if n != self.layers:
+                raise ValueError(f"layer_groups hold {n} layers but layers = {self.layers}")
+            kinds = {layer.mlp.kind for g in self.layer_groups for layer in g.layers}
+            if "moe" in kinds and self.moe is None:
+                raise ValueError("a layer group uses an MoE channel mixer but moe is not set")
         return self
+
+    # ---- the stack --------------------------------------------------------------------------
+    def layer_kinds(self) -> tuple[tuple[LayerSpec, int], ...]:
+        """Distinct layer specs and how many layers of each the stack holds (stack order of
+        first appearance). Without ``layer_groups`` this is the flat model: ``moe.dense_layers``
+        dense layers, then every ``layer_freq``-th layer MoE."""
+        if self.layer_groups is not None:
+            counts: Counter = Counter()
+            for g in self.layer_groups:
+                for layer in g.layers:
+                    counts[layer] += g.repeat
+            return tuple(counts.items())
+        n_moe = self.n_moe_layers
+        kinds = []
+        if self.layers - n_moe:
+            kinds.append((LayerSpec(), self.layers - n_moe))
+        if n_moe:
+            kinds.append((LayerSpec(mlp=MoEMLP()), n_moe))
+        return tuple(kinds)
 
     # ---- derived shapes -------------------------------------------------------------------
     @property
@@ -99,6 +148,8 @@ class ModelSpec(_Frozen):
         """Layers whose channel mixer is an MoE block."""
         if self.moe is None:
             return 0
+        if self.layer_groups is not None:
+            return sum(g.repeat for g in self.layer_groups for x in g.layers if x.mlp.kind == "moe")
         rest = self.layers - self.moe.dense_layers
         return (rest + self.moe.layer_freq - 1) // self.moe.layer_freq
 
@@ -159,6 +210,43 @@ class ModelSpec(_Frozen):
         router = self.hidden * m.experts
         return m.experts * expert + shared + router, m.top_k * expert + shared + router
 
+    def mixer_params(self, mixer: AttentionMixer | Mamba2Mixer | LinearAttentionMixer) -> int:
+        """Parameters of one token mixer."""
+        h = self.hidden
+        if isinstance(mixer, Mamba2Mixer):
+            d_in = mixer.expand * h
+            nheads = d_in // mixer.head_dim
+            bc = 2 * mixer.n_groups * mixer.d_state
+            in_proj = h * (2 * d_in + bc + nheads)
+            conv = (d_in + bc) * (mixer.d_conv + 1)
+            return in_proj + conv + 3 * nheads + d_in + d_in * h  # dt_bias, A, D; norm; out
+        if isinstance(mixer, LinearAttentionMixer):
+            width = (mixer.heads or self.heads) * (mixer.head_dim or self.d_head)
+            return 4 * h * width
+        return self.attention_params()
+
+    def layer_params(self, layer: LayerSpec) -> tuple[int, int]:
+        """(total, active per token) parameters of one layer, norms included."""
+        norms = self.hidden * (2 if self.activation == "gelu" else 1)
+        n_norms = 1 if layer.mlp.kind == "none" else 2
+        base = self.mixer_params(layer.mixer) + n_norms * norms
+        if isinstance(layer.mlp, DenseMLP):
+            p = self.mlp_params(layer.mlp.ffn_hidden or self.ffn_hidden)
+            return base + p, base + p
+        if isinstance(layer.mlp, MoEMLP):
+            total, active = self.moe_layer_params()
+            return base + total, base + active
+        return base, base
+
+    def mtp_params(self) -> int:
+        """Parameters of the multi-token-prediction modules (not in ``total_params``, as
+        DeepSeek-V3 reports 671B without its 14B MTP module): per module a layer of the last
+        kind, an h x 2h projection and two norms; embedding and head are shared."""
+        if not self.mtp_layers:
+            return 0
+        last = self.layer_kinds()[-1][0]
+        return self.mtp_layers * (self.layer_params(last)[0] + 2 * self.hidden**2 + 2 * self.hidden)
+
     def norm_params_per_layer(self) -> int:
         return 2 * self.hidden * (2 if self.activation == "gelu" else 1)
 
@@ -170,15 +258,12 @@ class ModelSpec(_Frozen):
         return emb + (0 if self.tied_embeddings else self.vocab * self.hidden)
 
     def param_counts(self) -> tuple[int, int]:
-        """(total, active per token) parameter counts, embeddings included."""
-        per_layer = self.attention_params() + self.norm_params_per_layer()
-        dense_mlp = self.mlp_params(self.ffn_hidden)
-        total = self.layers * per_layer + self.n_dense_layers * dense_mlp
-        active = total
-        if self.moe:
-            moe_total, moe_active = self.moe_layer_params()
-            total += self.n_moe_layers * moe_total
-            active += self.n_moe_layers * moe_active
+        """(total, active per token) parameter counts, embeddings included, MTP excluded."""
+        total = active = 0
+        for layer, count in self.layer_kinds():
+            t, a = self.layer_params(layer)
+            total += count * t
+            active += count * a
         final_norm = self.hidden
         emb = self.embedding_params()
         return total + emb + final_norm, active + emb + final_norm

@@ -1,0 +1,88 @@
+"""Block-level model description: a layer is a token mixer plus a channel mixer.
+
+Token mixers: attention (MHA/GQA/MQA, or MLA when the model has an ``mla`` block; optionally a
+sliding window), Mamba-2 (selective state space, chunked SSD scan; Dao & Gu 2024, "Transformers
+are SSMs", arXiv 2405.21060) and linear attention (Katharopoulos et al. 2020). Channel mixers:
+a dense MLP, the model's MoE block, or none (e.g. Nemotron-H's Mamba layers).
+A model's ``layer_groups`` lists groups of layers, each repeated ``repeat`` times, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AttentionMixer(_Frozen):
+    """Softmax attention with the model's heads, kv_heads and head_dim (or its MLA block)."""
+
+    kind: Literal["attention"] = "attention"
+    window: int | None = Field(
+        default=None, gt=0, description="sliding-window size in tokens; None = full causal"
+    )
+
+
+class Mamba2Mixer(_Frozen):
+    """Mamba-2 block: in_proj -> causal conv1d -> SSD scan -> gated norm -> out_proj."""
+
+    kind: Literal["mamba2"] = "mamba2"
+    d_state: int = Field(default=128, gt=0, description="state size N per head")
+    d_conv: int = Field(default=4, gt=0, description="depthwise convolution width")
+    expand: int = Field(default=2, gt=0, description="inner width = expand x hidden")
+    head_dim: int = Field(default=64, gt=0, description="SSD head dimension P")
+    n_groups: int = Field(default=1, gt=0, description="B/C groups (like GQA for the state)")
+    chunk: int = Field(default=256, gt=0, description="SSD chunk length Q")
+
+
+class LinearAttentionMixer(_Frozen):
+    """Causal linear attention (kernelised, chunked); ``heads``/``head_dim`` default to the
+    model's."""
+
+    kind: Literal["linear_attention"] = "linear_attention"
+    heads: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(default=None, gt=0)
+    chunk: int = Field(default=64, gt=0, description="chunk length of the parallel form")
+
+
+Mixer = Annotated[AttentionMixer | Mamba2Mixer | LinearAttentionMixer, Field(discriminator="kind")]
+
+
+class DenseMLP(_Frozen):
+    """A dense MLP with the model's activation; ``ffn_hidden`` defaults to the model's."""
+
+    kind: Literal["dense"] = "dense"
+    ffn_hidden: int | None = Field(default=None, gt=0)
+
+
+class MoEMLP(_Frozen):
+    """The model's ``moe`` block."""
+
+    kind: Literal["moe"] = "moe"
+
+
+class NoMLP(_Frozen):
+    """No channel mixer (the layer is its token mixer only)."""
+
+    kind: Literal["none"] = "none"
+
+
+ChannelMixer = Annotated[DenseMLP | MoEMLP | NoMLP, Field(discriminator="kind")]
+
+
+class LayerSpec(_Frozen):
+    """One layer: token mixer + channel mixer (pre-norm residual blocks)."""
+
+    mixer: Mixer = Field(default_factory=AttentionMixer)
+    mlp: ChannelMixer = Field(default_factory=DenseMLP)
+
+
+class LayerGroup(_Frozen):
+    """``layers`` in order, the whole list repeated ``repeat`` times."""
+
+    repeat: int = Field(default=1, gt=0)
+    layers: list[LayerSpec] = Field(min_length=1)
