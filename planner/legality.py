@@ -49,6 +49,12 @@ def check_layout(
             f"seq_len={training.seq_len} is not divisible by 2*cp",
             "cp with seq_len % (2*cp) == 0",
         )
+    if layout.cp > 1 and any(layer.mixer.kind != "attention" for layer, _ in model.layer_kinds()):
+        raise PlannerError(
+            "layout.cp",
+            "context parallelism of state-space / linear-attention layers is not modelled",
+            "cp=1 for models with such layers",
+        )
     if model.moe is None and layout.ep > 1:
         raise PlannerError("layout.ep", f"ep={layout.ep} but {model.name} has no experts", "1")
     if model.moe is not None:

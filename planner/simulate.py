@@ -8,6 +8,7 @@ from planner.costs import comms, compute, elementwise, flops, memory, pipeline
 from planner.legality import check_layout
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
+from planner.specs.blocks import AttentionMixer, LayerSpec, MoEMLP
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -34,19 +35,42 @@ class _Layer:
     bwd: float
 
 
+def moe_imbalance(model: ModelSpec) -> float:
+    """Busiest expert's load over the mean: the configured imbalance, capped by the capacity
+    factor when tokens beyond capacity are dropped."""
+    if model.moe is None:
+        return 1.0
+    imb = model.moe.load_imbalance
+    if model.moe.capacity_factor is not None:
+        imb = min(imb, max(model.moe.capacity_factor, 1.0))
+    return imb
+
+
 def _layer_costs(
     model: ModelSpec,
     layout: Layout,
     training: Training,
-    moe: bool,
+    layer: LayerSpec,
     dev: compute.Device,
     fabric: comms.Fabric,
     groups: comms.Groups,
 ) -> _Layer:
     tokens = flops.tokens_per_gpu(layout, training)
-    lf = flops.layer_flops(model, layout, training, moe)
+    lf = flops.layer_flops(model, layout, training, layer)
     g_f, g_b = compute.gemms_time_s(lf.gemms, dev)
-    if training.attention_kernel == "unfused":
+    is_moe = isinstance(layer.mlp, MoEMLP) and model.moe is not None
+    imbalance = moe_imbalance(model) if is_moe else 1.0
+    if imbalance > 1.0:
+        # the slowest EP rank sets the pace: its experts see imbalance x the mean tokens
+        ex_f, ex_b = compute.gemms_time_s(
+            tuple(g for g in lf.gemms if g.name.startswith("expert_")), dev
+        )
+        g_f += (imbalance - 1.0) * ex_f
+        g_b += (imbalance - 1.0) * ex_b
+    attention = isinstance(layer.mixer, AttentionMixer)
+    if not attention:
+        a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev, 2.0)
+    elif training.attention_kernel == "unfused":
         if model.mla:
             d_qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
             d_v = model.mla.v_head_dim
@@ -61,7 +85,7 @@ def _layer_costs(
         model,
         layout,
         tokens,
-        moe,
+        layer,
         lf.gemms,
         training.precision == "fp8",
         training.dropout,
@@ -69,8 +93,9 @@ def _layer_costs(
     )
     e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
 
-    # TP: 2 all-reduces forward and 2 backward (or all-gather + reduce-scatter pairs with SP, the
-    # same bus volume), each over the full [s, b, h] activation (Korthikanti et al. 2022, Fig. 5).
+    # TP: one all-reduce per block (mixer, MLP) forward and one backward (or all-gather +
+    # reduce-scatter pairs with SP, the same bus volume), each over the full [s, b, h]
+    # activation (Korthikanti et al. 2022, Fig. 5).
     act_bytes = tokens * model.hidden * training.act_bytes
     if layout.sequence_parallel:
         one = comms.collective_time_s(
@@ -78,7 +103,8 @@ def _layer_costs(
         ) + comms.collective_time_s("reduce_scatter", act_bytes, groups.tp, fabric)
     else:
         one = comms.collective_time_s("all_reduce", act_bytes, groups.tp, fabric)
-    tp_f = tp_b = 2.0 * one
+    blocks = 1 if layer.mlp.kind == "none" else 2
+    tp_f = tp_b = blocks * one
     if layout.overlap_tp_comm:
         tp_f = comms.exposed_time_s(tp_f, g_f, fabric, 1.0 - TP_OVERLAP_FRACTION)
         tp_b = comms.exposed_time_s(tp_b, g_b, fabric, 1.0 - TP_OVERLAP_FRACTION)
@@ -86,7 +112,7 @@ def _layer_costs(
     # CP: ring exchange of K and V chunks, overlapped with the attention blocks it feeds; the
     # backward also returns dK and dV (Megatron-Core / Transformer Engine context parallelism).
     cp_f = cp_b = 0.0
-    if layout.cp > 1:
+    if layout.cp > 1 and attention:
         if model.mla:
             kv_width = model.heads * (
                 model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
@@ -98,12 +124,15 @@ def _layer_costs(
         cp_f = comms.exposed_time_s((layout.cp - 1) * hop, a_f, fabric)
         cp_b = comms.exposed_time_s(2 * (layout.cp - 1) * hop, a_b, fabric)
 
-    # EP: token dispatch and combine all-to-all, forward and backward, not overlapped.
+    # EP: token dispatch and combine all-to-all, forward and backward, not overlapped; the
+    # busiest rank receives imbalance x the mean.
     ep_f = ep_b = 0.0
-    if moe and model.moe is not None and layout.ep > 1:
+    if is_moe and layout.ep > 1:
         seq_split = layout.tp if layout.sequence_parallel else 1
         routed = tokens / seq_split * model.moe.top_k * model.hidden * training.act_bytes
-        ep_f = ep_b = 2.0 * comms.collective_time_s("all_to_all", routed, groups.ep, fabric)
+        ep_f = ep_b = (
+            2.0 * imbalance * comms.collective_time_s("all_to_all", routed, groups.ep, fabric)
+        )
 
     fwd = g_f + a_f + e_f + tp_f + cp_f + ep_f
     if training.recompute == "full":
@@ -118,12 +147,27 @@ def _layer_costs(
     )
 
 
+def _layer_params_per_gpu(
+    model: ModelSpec, layer: LayerSpec, layout: Layout
+) -> tuple[float, float]:
+    """(non-expert, expert) parameters of one layer held by one GPU: TP splits the mixer, the
+    dense MLP and shared experts; routed experts split over EP x expert-TP; the router is
+    replicated."""
+    total, _ = model.layer_params(layer)
+    if not isinstance(layer.mlp, MoEMLP) or model.moe is None:
+        return total / layout.tp, 0.0
+    experts = model.moe.experts * model.mlp_params(model.moe.expert_ffn_hidden)
+    router = model.hidden * model.moe.experts
+    return (total - experts - router) / layout.tp + router, experts / (layout.ep * layout.expert_tp)
+
+
 _LAYER_KEYS = ("gemm", "attention", "memory_bound", "recompute", "tp", "cp", "ep")
 
 
-def _mix(a: _Layer, wa: float, b: _Layer | None, wb: float) -> dict[str, float]:
+def _mean(costs: list[tuple[_Layer, float]]) -> dict[str, float]:
+    """Per-layer seconds averaged over layer kinds weighted by their share of the stack."""
     keys = (*_LAYER_KEYS, "fwd", "bwd")
-    return {k: getattr(a, k) * wa + (getattr(b, k) * wb if b is not None else 0.0) for k in keys}
+    return {k: sum(getattr(c, k) * w for c, w in costs) for k in keys}
 
 
 def default_assumptions(layout: Layout, training: Training) -> list[str]:
@@ -176,15 +220,12 @@ def simulate_step(
     vpp = layout.virtual_stages
 
     # ---- per-layer costs, each layer kind once -------------------------------------------
-    n_moe = model.n_moe_layers
-    n_dense = model.layers - n_moe
-    dense = _layer_costs(model, layout, training, False, dev, fabric, groups) if n_dense else None
-    moe = _layer_costs(model, layout, training, True, dev, fabric, groups) if n_moe else None
-    frac_moe = n_moe / model.layers
+    kinds = [(layer, count / model.layers) for layer, count in model.layer_kinds()]
+    costs = [
+        (_layer_costs(model, layout, training, layer, dev, fabric, groups), w) for layer, w in kinds
+    ]
     layer_max = pipeline.layers_on_bottleneck_stage(model.layers, layout.pp)
-    base, other = (moe, dense) if dense is None else (dense, moe)
-    w_other = frac_moe if dense is not None else 0.0
-    per_layer = _mix(base, 1.0 - w_other, other, w_other)
+    per_layer = _mean(costs)
 
     # ---- first-stage embedding and last-stage logits + loss ------------------------------
     logit = flops.logits_gemm(model, layout, training)
@@ -194,6 +235,27 @@ def simulate_step(
         / dev.xent_bytes_per_s
     )
     logits_s = lg_f + lg_b + 2.0 * loss_f
+    mtp: dict[str, float] = {}
+    if model.mtp_layers:
+        # each multi-token-prediction module: one more layer of the last kind, an h x 2h
+        # projection and its own logits + loss, on the last stage (DeepSeek-V3 section 2.2)
+        last = next(
+            c for (layer, _), (c, _w) in zip(kinds, costs, strict=True) if layer == kinds[-1][0]
+        )
+        proj_f, proj_b = compute.gemms_time_s(
+            (flops.Gemm("mtp_proj", tokens, model.hidden / layout.tp, 2 * model.hidden),), dev
+        )
+        n = model.mtp_layers
+        mtp = {
+            "compute_gemm": n * (last.gemm + proj_f + proj_b),
+            "compute_attention": n * last.attention,
+            "compute_memory_bound": n * last.memory_bound,
+            "compute_logits_loss": n * logits_s,
+            "tp_comm": n * last.tp,
+            "ep_comm": n * last.ep,
+            "cp_comm": n * last.cp,
+            "recompute": n * last.recompute,
+        }
     emb_s = 3.0 * tokens * model.hidden * training.act_bytes / dev.hbm_bytes_per_s
 
     # ---- pipeline point-to-point: one send forward and one backward per virtual stage ----
@@ -204,21 +266,12 @@ def simulate_step(
         pp_s = 2.0 * vpp * comms.collective_time_s("send_recv", msg, groups.pp, fabric)
 
     # ---- parameters held per GPU (bottleneck stage) --------------------------------------
-    attn_norm = model.attention_params() + model.norm_params_per_layer()
-    dense_mlp = model.mlp_params(model.ffn_hidden)
     stage_layers = float(layer_max)
-    dense_layer_params = (attn_norm + (1 - frac_moe) * dense_mlp) / layout.tp
-    expert_layer_params = 0.0
-    if model.moe is not None:
-        moe_total, _ = model.moe_layer_params()
-        router = model.hidden * model.moe.experts
-        shared = (
-            moe_total - router - model.moe.experts * model.mlp_params(model.moe.expert_ffn_hidden)
-        )
-        dense_layer_params += frac_moe * (router + shared / layout.tp)
-        expert_layer_params = (
-            frac_moe * (moe_total - router - shared) / (layout.ep * layout.expert_tp)
-        )
+    dense_layer_params = expert_layer_params = 0.0  # per GPU, averaged over the stack
+    for layer, w in kinds:
+        dense_k, expert_k = _layer_params_per_gpu(model, layer, layout)
+        dense_layer_params += w * dense_k
+        expert_layer_params += w * expert_k
     emb_params = model.vocab * model.hidden / layout.tp
     first_dense = stage_layers * dense_layer_params + emb_params
     last_dense = stage_layers * dense_layer_params + (
@@ -230,6 +283,12 @@ def simulate_step(
         )
         last_dense = first_dense
     stage_experts = stage_layers * expert_layer_params
+    if model.mtp_layers:  # the MTP modules live on the last stage
+        mtp_dense, mtp_experts = _layer_params_per_gpu(model, kinds[-1][0], layout)
+        last_dense += model.mtp_layers * (mtp_dense + 2 * model.hidden**2 / layout.tp)
+        stage_experts += model.mtp_layers * mtp_experts
+        if layout.pp == 1:
+            first_dense = last_dense
     local_params = max(first_dense, last_dense) + stage_experts
 
     # ---- data-parallel gradient and parameter traffic ------------------------------------
@@ -299,6 +358,8 @@ def simulate_step(
 
     emb = {"compute_memory_bound": emb_s}
     head = {"compute_logits_loss": logits_s}
+    for key, value in mtp.items():
+        head[key] = head.get(key, 0.0) + value
     if layout.pp == 1:
         stages = [stage(model.layers, {**emb, **head})]
         t_sum_extra = 0.0
@@ -336,41 +397,37 @@ def simulate_step(
     mf_tok = flops.model_flops_per_token(model, training.seq_len)
     peak = accel.peak_flops_per_s(training.work_precision)
     mfu = 100.0 * mf_tok * tps / (gpus * peak)
-    attn_hw, attn_conv = flops.attention_core_flops(model, layout, training)
-    if training.attention_kernel == "unfused":
-        attn_hw = attn_conv  # materialised scores: the masked half is computed too
-    per_tok_attn_saving = (
-        3.0
-        * model.layers
-        * (attn_conv - attn_hw)
-        * (layout.tp * layout.cp)
-        / (training.micro_batch * training.seq_len)
-    )
+    # hardware FLOPs differ from the convention by the causal half of fused attention
+    per_gpu_tokens = training.micro_batch * training.seq_len / (layout.tp * layout.cp)
+    saving = core_hw = 0.0  # per token
+    for layer, count in model.layer_kinds():
+        if isinstance(layer.mixer, AttentionMixer):
+            hw, conv = flops.attention_core_flops(model, layout, training, layer.mixer.window)
+            if training.attention_kernel == "unfused":
+                hw = conv  # materialised scores: the masked half is computed too
+            saving += 3.0 * count * (conv - hw) / per_gpu_tokens
+            core_hw += count * hw / per_gpu_tokens
+    per_tok_attn_saving = saving
     recompute_per_tok = 0.0
     if training.recompute == "full":
         recompute_per_tok = (mf_tok - per_tok_attn_saving) / 3.0
     elif training.recompute == "selective":
-        recompute_per_tok = (
-            model.layers
-            * attn_hw
-            * layout.tp
-            * layout.cp
-            / (training.micro_batch * training.seq_len)
-        )
+        recompute_per_tok = core_hw
     hfu = 100.0 * (mf_tok - per_tok_attn_saving + recompute_per_tok) * tps / (gpus * peak)
 
     # ---- memory ---------------------------------------------------------------------------
-    act_dense = memory.layer_activation_bytes(model, layout, training, False) if n_dense else 0.0
-    act_moe = memory.layer_activation_bytes(model, layout, training, True) if n_moe else 0.0
-    act_layer = act_dense * (1 - frac_moe) + act_moe * frac_moe
+    act_layer = sum(
+        w * memory.layer_activation_bytes(model, layout, training, layer) for layer, w in kinds
+    )
     first_layers = (
         pipeline.layers_on_edge_stage(model.layers, layout.pp) if layout.pp > 1 else model.layers
     )
     in_flight = memory.layers_in_flight(first_layers, layout.pp, vpp, m)
     activations = act_layer * in_flight
     if training.recompute == "full":
-        full_one = memory.layer_activation_bytes(
-            model, layout, training.model_copy(update={"recompute": "none"}), bool(n_moe)
+        no_recompute = training.model_copy(update={"recompute": "none"})
+        full_one = max(
+            memory.layer_activation_bytes(model, layout, no_recompute, layer) for layer, _ in kinds
         )
         activations += full_one  # one layer recomputed at a time
     logits_mem = memory.logits_bytes(model, layout, training)

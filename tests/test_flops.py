@@ -256,7 +256,7 @@ def test_expert_work_is_conserved(kw):
     layout = Layout(**kw)
     s, mb = 4096, 1
     training = Training(seq_len=s, global_batch=layout.dp * mb, micro_batch=mb)
-    lf = flops.layer_flops(spec, layout, training, moe=True)
+    lf = flops.layer_flops(spec, layout, training, layer=True)
     per_gpu = sum(g.flops for g in lf.gemms if g.name.startswith("expert"))
     h, f, top_k = 4096, 14336, 2
     grid = layout.tp * layout.dp * layout.cp

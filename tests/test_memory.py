@@ -86,7 +86,7 @@ def test_layer_activation_bytes_reproduces_table2(tp, sp, recompute, kw):
     layout = Layout(tp=tp, sequence_parallel=sp)
     training = Training(seq_len=S, global_batch=B, micro_batch=B, recompute=recompute)
     got = memory.layer_activation_bytes(
-        spec, layout, training, moe=False, flash_attention=False, dropout=True
+        spec, layout, training, layer=False, flash_attention=False, dropout=True
     )
     want = memory.korthikanti_activation_bytes(S, B, H, A, **kw)
     assert got == pytest.approx(want, rel=1e-12)

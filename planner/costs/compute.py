@@ -95,13 +95,20 @@ def gemms_time_s(gemms: tuple[Gemm, ...], dev: Device) -> tuple[float, float]:
     return fwd, bwd
 
 
-def attention_time_s(hw_fwd_flops: float, seq_len: float, dev: Device) -> tuple[float, float]:
-    """(forward, backward) seconds of the fused attention core (bf16)."""
+def attention_time_s(
+    hw_fwd_flops: float, seq_len: float, dev: Device, bwd_factor: float = 2.5
+) -> tuple[float, float]:
+    """(forward, backward) seconds of a fused token-mixer core kernel (bf16).
+
+    Attention: backward = 2.5x forward FLOPs (FlashAttention convention). Chunked SSD / linear
+    attention scans (``bwd_factor`` 2) are fused kernels of the same class and use the same
+    efficiency curve (an assumption until measured).
+    """
     if hw_fwd_flops <= 0:
         return 0.0, 0.0
     sat = seq_len / (seq_len + dev.attn_seq_half)
     fwd = hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_fwd * sat)
-    bwd = 2.5 * hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_bwd * sat)
+    bwd = bwd_factor * hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_bwd * sat)
     return fwd, bwd
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.costs.flops import Gemm
+from planner.costs import mixers
+from planner.costs.flops import Gemm, as_layer
+from planner.specs.blocks import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
@@ -30,7 +32,7 @@ def layer_elementwise(
     model: ModelSpec,
     layout: Layout,
     tokens: float,
-    moe: bool,
+    layer: LayerSpec | bool,
     gemms: tuple[Gemm, ...],
     fp8: bool,
     dropout: bool = False,
@@ -41,30 +43,37 @@ def layer_elementwise(
     Norms and residual adds run on the full hidden state, replicated over TP unless sequence
     parallelism splits them (Korthikanti et al. 2022, section 4.2.2).
     """
+    spec = as_layer(layer)
     h = model.hidden
     tp = layout.tp
     seq_split = tp if layout.sequence_parallel else 1
-    # two norms (read + write) and two residual adds (read 2, write 1)
-    norm_bytes = tokens * h * act_bytes * 2 * 2 / seq_split
-    hidden_bytes = tokens * h * act_bytes * 2 * 3 / seq_split
-    kernels = 4.0
+    blocks = 1 if spec.mlp.kind == "none" else 2
+    # a norm (read + write) and a residual add (read 2, write 1) per block
+    norm_bytes = tokens * h * act_bytes * 2 * blocks / seq_split
+    hidden_bytes = tokens * h * act_bytes * 3 * blocks / seq_split
+    kernels = 2.0 * blocks
     if dropout:
-        hidden_bytes += 2 * tokens * h * 1 / seq_split  # two 1 B masks (fused bias-dropout-add)
-    if moe and model.moe is not None:
+        hidden_bytes += blocks * tokens * h * 1 / seq_split  # 1 B masks (bias-dropout-add)
+    if not isinstance(spec.mixer, AttentionMixer):
+        hidden_bytes += mixers.ssm_elementwise_bytes(model, spec.mixer, tp, tokens, act_bytes)
+        kernels += 4
+    if isinstance(spec.mlp, MoEMLP) and model.moe is not None:
         ffn_tokens = tokens * model.moe.top_k
         ffn = model.moe.expert_ffn_hidden
         # dispatch and combine permutations copy each routed token twice (read + write)
         hidden_bytes += 2 * 2 * ffn_tokens * h * act_bytes
         kernels += 6.0
+    elif isinstance(spec.mlp, DenseMLP):
+        ffn_tokens, ffn = tokens, spec.mlp.ffn_hidden or model.ffn_hidden
     else:
-        ffn_tokens, ffn = tokens, model.ffn_hidden
+        ffn_tokens, ffn = 0.0, 0
     if model.gated:
         mlp_bytes = 3 * ffn_tokens * ffn / tp * act_bytes  # read gate and up, write product
     else:
         mlp_bytes = 2 * ffn_tokens * ffn / tp * act_bytes
     kernels += 1
     rope_bytes = 0.0
-    if not model.learned_position_embeddings:
+    if isinstance(spec.mixer, AttentionMixer) and not model.learned_position_embeddings:
         rope_bytes = 2 * tokens * (model.q_dim + model.kv_dim) / tp * act_bytes
         kernels += 1
     cast_bytes = 0.0

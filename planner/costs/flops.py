@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.specs.blocks import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -36,8 +37,9 @@ class LayerFlops:
     """Forward work of one layer kind on one GPU for one micro-batch."""
 
     gemms: tuple[Gemm, ...]
-    attention_fwd_flops: float  # hardware FLOPs (causal half counted)
+    attention_fwd_flops: float  # token-mixer core, hardware FLOPs (causal half counted)
     attention_model_fwd_flops: float  # MFU convention (no causal discount)
+    mixer_kind: str = "attention"  # attention | mamba2 | linear_attention
 
     @property
     def gemm_fwd_flops(self) -> float:
@@ -111,29 +113,58 @@ def moe_gemms(model: ModelSpec, layout: Layout, tokens: float) -> list[Gemm]:
     return gemms
 
 
-def attention_core_flops(
-    model: ModelSpec, layout: Layout, training: Training
-) -> tuple[float, float]:
-    """(hardware, model-convention) forward FLOPs of scores and values for one micro-batch."""
-    tokens = tokens_per_gpu(layout, training)
+def attention_head_width(model: ModelSpec) -> int:
+    """d_qk + d_v of one attention head (MLA: nope + rope + v)."""
     if model.mla:
-        d = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
-    else:
-        d = 2 * model.d_head
-    full = 2.0 * tokens * training.seq_len * (model.heads / layout.tp) * d
+        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
+    return 2 * model.d_head
+
+
+def attention_core_flops(
+    model: ModelSpec, layout: Layout, training: Training, window: int | None = None
+) -> tuple[float, float]:
+    """(hardware, model-convention) forward FLOPs of scores and values for one micro-batch.
+
+    Full causal attention: the convention counts every query against every key, a fused kernel
+    does half. A sliding window of w < S keys: both count the w-key band.
+    """
+    tokens = tokens_per_gpu(layout, training)
+    heads = model.heads / layout.tp
+    if window and window < training.seq_len:
+        band = 2.0 * tokens * window * heads * attention_head_width(model)
+        return band, band
+    full = 2.0 * tokens * training.seq_len * heads * attention_head_width(model)
     return 0.5 * full, full
 
 
-def layer_flops(model: ModelSpec, layout: Layout, training: Training, moe: bool) -> LayerFlops:
-    """Forward work of one layer (dense-MLP layer when ``moe`` is False)."""
+def as_layer(layer: LayerSpec | bool) -> LayerSpec:
+    """A LayerSpec; ``True`` / ``False`` mean the flat model's MoE / dense attention layer."""
+    if isinstance(layer, LayerSpec):
+        return layer
+    return LayerSpec(mlp=MoEMLP() if layer else DenseMLP())
+
+
+def layer_flops(
+    model: ModelSpec, layout: Layout, training: Training, layer: LayerSpec | bool
+) -> LayerFlops:
+    """Forward work of one layer: its mixer's GEMMs and core, and its channel mixer's GEMMs."""
+    from planner.costs import mixers
+
+    spec = as_layer(layer)
     tokens = tokens_per_gpu(layout, training)
-    gemms = attention_gemms(model, layout.tp, tokens)
-    if moe:
-        gemms += moe_gemms(model, layout, tokens)
+    mixer = spec.mixer
+    if isinstance(mixer, AttentionMixer):
+        gemms = attention_gemms(model, layout.tp, tokens)
+        hw, conv = attention_core_flops(model, layout, training, mixer.window)
     else:
-        gemms += mlp_gemms(model, model.ffn_hidden, layout.tp, tokens)
-    hw, conv = attention_core_flops(model, layout, training)
-    return LayerFlops(tuple(gemms), hw, conv)
+        gemms = mixers.ssm_gemms(model, mixer, layout.tp, tokens)
+        hw = conv = mixers.scan_flops(model, mixer, layout.tp, tokens)
+    mlp = spec.mlp
+    if isinstance(mlp, MoEMLP):
+        gemms += moe_gemms(model, layout, tokens)
+    elif isinstance(mlp, DenseMLP):
+        gemms += mlp_gemms(model, mlp.ffn_hidden or model.ffn_hidden, layout.tp, tokens)
+    return LayerFlops(tuple(gemms), hw, conv, mixer.kind)
 
 
 def logits_gemm(model: ModelSpec, layout: Layout, training: Training) -> Gemm:
@@ -153,11 +184,17 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
         n -= model.max_positions * model.hidden
     if model.tied_embeddings:
         n += model.vocab * model.hidden  # the tied table is also the logits matmul
-    if model.mla:
-        d = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
-    else:
-        d = 2 * model.d_head
-    return 6.0 * n + 6.0 * model.layers * model.heads * d * seq_len
+    from planner.costs import mixers
+
+    core = 0.0  # per token: attention over min(S, window) keys; SSM / linear scans
+    for layer, count in model.layer_kinds():
+        mixer = layer.mixer
+        if isinstance(mixer, AttentionMixer):
+            ctx = min(seq_len, mixer.window or seq_len)
+            core += count * 6.0 * model.heads * attention_head_width(model) * ctx
+        else:
+            core += count * 3.0 * mixers.scan_flops(model, mixer, 1, 1.0)
+    return 6.0 * n + core
 
 
 def megatron_flops_per_iteration(

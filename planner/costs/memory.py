@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.costs import mixers
+from planner.costs.flops import as_layer
+from planner.specs.blocks import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -57,15 +60,18 @@ def layer_activation_bytes(
     model: ModelSpec,
     layout: Layout,
     training: Training,
-    moe: bool,
+    layer: LayerSpec | bool,
     flash_attention: bool | None = None,
     dropout: bool | None = None,
 ) -> float:
     """Bytes one layer keeps for backward, for one micro-batch on one GPU.
 
     Replicated terms (norm inputs, GEMM inputs of the TP region, dropout masks) are split by
-    TP only with sequence parallelism; terms inside the TP region always are.
+    TP only with sequence parallelism; terms inside the TP region always are. ``layer``: a
+    LayerSpec, or True / False for the flat model's MoE / dense attention layer.
     """
+    spec = as_layer(layer)
+    mixer, mlp_spec = spec.mixer, spec.mlp
     if flash_attention is None:
         flash_attention = training.attention_kernel != "unfused"
     if dropout is None:
@@ -80,17 +86,22 @@ def layer_activation_bytes(
     scale = training.act_bytes / 2.0  # the terms below are in 2-byte units
     if training.recompute == "full":
         return 2.0 * tok * h / seq_split * scale
-    # replicated (outside the TP region): two norm inputs, QKV input, MLP input, 2 dropout masks
-    replicated = 2 * 2 * tok * h + 2 * gin * tok * h + (2 * tok * h if dropout else 0)
+    has_mlp = mlp_spec.kind != "none"
+    n_blocks = 2 if has_mlp else 1
+    # replicated (outside the TP region): norm inputs, mixer and MLP inputs, dropout masks
+    replicated = n_blocks * (2 * tok * h + gin * tok * h + (tok * h if dropout else 0))
+    attention = isinstance(mixer, AttentionMixer)
     # inside the TP region
-    if model.mla:
+    if not attention:
+        qkv = mixers.ssm_activation_bytes(model, mixer, 1, tok, 2.0)
+    elif model.mla:
         m = model.mla
         qkv = 2 * tok * model.heads * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
         replicated += 2 * tok * (m.kv_lora_rank + (m.q_lora_rank or 0))
     else:
         qkv = 2 * tok * (model.q_dim + 2 * model.kv_dim)
-    attn_out = gin * tok * model.v_dim
-    if moe and model.moe is not None:
+    attn_out = gin * tok * model.v_dim if attention else 0.0
+    if isinstance(mlp_spec, MoEMLP) and model.moe is not None:
         routed = tok * model.moe.top_k
         mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden, gin) + gin * routed * h
         if model.moe.shared_experts:
@@ -99,11 +110,16 @@ def layer_activation_bytes(
             )
             mlp += _mlp_bytes(model, tok, width, gin)
         replicated += tok * model.moe.experts * 4  # router logits/probabilities (fp32)
+    elif isinstance(mlp_spec, DenseMLP):
+        mlp = _mlp_bytes(model, tok, mlp_spec.ffn_hidden or model.ffn_hidden, gin)
     else:
-        mlp = _mlp_bytes(model, tok, model.ffn_hidden, gin)
+        mlp = 0.0
     core = 0.0
-    if training.recompute != "selective" and not flash_attention:
-        core = (5.0 if dropout else 4.0) * model.heads * s * s * b  # scores, softmax (+mask)
+    if not attention:
+        pass
+    elif training.recompute != "selective" and not flash_attention:
+        ctx = min(s, mixer.window or s)
+        core = (5.0 if dropout else 4.0) * model.heads * s * ctx * b  # scores, softmax (+mask)
     elif flash_attention:
         core = 4.0 * tok * model.heads  # fp32 log-sum-exp per row
     sharded = qkv + attn_out + mlp + core
