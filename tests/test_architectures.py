@@ -150,7 +150,7 @@ def test_linear_attention_layer():
             ]
         }
     )
-    rep = _sim(model, dp=8, zero=1)
+    rep = _sim(model, dp=8, zero=2)
     assert rep.step_time_s > 0 and rep.fits
 
 
