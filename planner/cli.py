@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 import planner
-from planner import calibrate_cmds, hf_cmd, search_cmd
+from planner import calibrate_cmds, hf_cmd, search_cmd, trace_cmd
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.render import render_list, render_simulation, render_validation
@@ -129,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     search_cmd.add_parser(sub)
     calibrate_cmds.add_parsers(sub)
     hf_cmd.add_parsers(sub)
+    trace_cmd.add_parsers(sub)
     lp = sub.add_parser("list", help="list shipped models, clusters or accelerators")
     lp.add_argument("kind", choices=("models", "clusters", "accelerators"))
     lp.add_argument("--json", action="store_true", help="print a JSON list of {id, description}")
@@ -308,6 +309,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "search": search_cmd.cmd_search,
     **calibrate_cmds.COMMANDS,
     **hf_cmd.COMMANDS,
+    **trace_cmd.COMMANDS,
 }
 
 
