@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 import planner
-from planner import calibrate_cmds, hf_cmd, search_cmd, trace_cmd
+from planner import calibrate_cmds, goodput_cmds, hf_cmd, search_cmd, trace_cmd
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.render import render_list, render_simulation, render_validation
@@ -130,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate_cmds.add_parsers(sub)
     hf_cmd.add_parsers(sub)
     trace_cmd.add_parsers(sub)
+    goodput_cmds.add_parsers(sub)
     lp = sub.add_parser("list", help="list shipped models, clusters or accelerators")
     lp.add_argument("kind", choices=("models", "clusters", "accelerators"))
     lp.add_argument("--json", action="store_true", help="print a JSON list of {id, description}")
@@ -310,6 +311,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **calibrate_cmds.COMMANDS,
     **hf_cmd.COMMANDS,
     **trace_cmd.COMMANDS,
+    **goodput_cmds.COMMANDS,
 }
 
 

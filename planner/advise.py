@@ -1,0 +1,297 @@
+"""Advice: the predicted gain of each single lever on a given layout, ranked.
+
+Each lever changes one thing (or one coupled pair, such as TP x2 with PP /2) of the layout or
+the training settings, is checked by the one validator (``planner.check_layout``) and
+re-simulated with the same calibration profile as the baseline. A lever's gain is its change in
+tokens/s; its memory cost is its change in peak memory per GPU. Levers whose layout fits in
+memory come first, then by gain. Levers that are illegal for this model, batch or accelerator
+are returned, with the reason, only when asked (``include_unavailable``); levers already in
+effect are never returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.errors import PlannerError
+from planner.legality import check_layout
+from planner.profile import CalibrationProfile
+from planner.report import StepReport
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Lever:
+    """One change to a layout and its predicted effect. Seconds, GiB, tokens per second, percent.
+
+    ``applicable`` False: the change is illegal or unavailable here, ``reason`` says why, and the
+    effect fields are None.
+    """
+
+    name: str
+    description: str
+    layout: Layout
+    training: Training
+    applicable: bool = True
+    reason: str = ""
+    tokens_per_s: float | None = None
+    gain_pct: float | None = None  # change in tokens/s relative to the baseline
+    step_time_change_s: float | None = None
+    mfu_pct: float | None = None
+    peak_memory_gib: float | None = None
+    memory_change_gib: float | None = None  # change in peak memory per GPU
+    fits: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dictionary (layout and training as their spec dictionaries)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "applicable": self.applicable,
+            "reason": self.reason,
+            "tokens_per_s": self.tokens_per_s,
+            "gain_pct": self.gain_pct,
+            "step_time_change_s": self.step_time_change_s,
+            "mfu_pct": self.mfu_pct,
+            "peak_memory_gib": self.peak_memory_gib,
+            "memory_change_gib": self.memory_change_gib,
+            "fits": self.fits,
+            "layout": self.layout.model_dump(mode="json"),
+            "training": self.training.model_dump(mode="json"),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    name: str
+    description: str
+    layout: Layout
+    training: Training
+    reason: str = ""  # non-empty: not applicable
+
+
+def _layout(base: Layout, **changes: Any) -> Layout:
+    return Layout(**{**base.model_dump(), **changes})
+
+
+def _training(base: Training, **changes: Any) -> Training:
+    return Training(**{**base.model_dump(), **changes})
+
+
+_RECOMPUTE_FLAGS = {
+    "none": "no --recompute-granularity",
+    "selective": "--recompute-granularity selective",
+    "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+}
+
+
+def _candidates(
+    model: ModelSpec, cluster: Cluster, layout: Layout, training: Training
+) -> list[_Candidate]:
+    """Every lever that is not already in effect, illegal ones with their reason."""
+    out: list[_Candidate] = []
+    L, T = layout, training
+
+    def add(name: str, description: str, lay: Layout = L, tr: Training = T, reason: str = ""):
+        out.append(_Candidate(name, description, lay, tr, reason))
+
+    # interleaved pipeline schedule
+    if L.pp > 1:
+        for v in (2, 4):
+            if v <= L.virtual_stages:
+                continue
+            desc = f"interleaved 1F1B schedule, {v} virtual stages per pipeline rank"
+            if model.layers % (L.pp * v):
+                add(
+                    f"interleave vpp={v}",
+                    desc,
+                    reason=f"layers={model.layers} not divisible by pp*vpp = {L.pp * v}",
+                )
+                continue
+            per = model.layers // (L.pp * v)
+            add(
+                f"interleave vpp={v}",
+                f"{desc} (Megatron --num-layers-per-virtual-pipeline-stage {per})",
+                _layout(L, vpp=v, schedule=None),
+            )
+
+    # sequence parallelism and TP communication overlap
+    if L.tp > 1 and not L.sequence_parallel:
+        add(
+            "sequence parallel",
+            "shard norms, dropout and the TP-replicated activations over TP "
+            "(Megatron --sequence-parallel)",
+            _layout(L, sequence_parallel=True),
+        )
+    if L.tp > 1 and not L.overlap_tp_comm:
+        extra = "" if L.sequence_parallel else " with --sequence-parallel (which it requires)"
+        add(
+            "overlap TP comm",
+            f"overlap TP collectives with the GEMMs (Megatron --tp-comm-overlap{extra})",
+            _layout(L, overlap_tp_comm=True, sequence_parallel=True),
+        )
+
+    # activation recomputation
+    for r in ("selective", "none", "full"):
+        if r == T.recompute:
+            continue
+        add(
+            f"recompute {r}",
+            f"{r} instead of {T.recompute} activation recomputation ({_RECOMPUTE_FLAGS[r]})",
+            tr=_training(T, recompute=r),
+        )
+
+    if T.recompute == "full" and L.tp > 1 and not L.sequence_parallel:
+        add(
+            "selective recompute + SP",
+            "selective instead of full recomputation, with sequence parallelism to pay for its "
+            "memory (Korthikanti et al. 2022; Megatron --recompute-granularity selective "
+            "--sequence-parallel)",
+            _layout(L, sequence_parallel=True),
+            _training(T, recompute="selective"),
+        )
+
+    # data-parallel overlaps
+    if L.dp * L.cp > 1 and not L.overlap_dp_grad_reduce:
+        add(
+            "overlap DP grad reduce",
+            "overlap the gradient reduce-scatter/all-reduce with backward "
+            "(Megatron --overlap-grad-reduce)",
+            _layout(L, overlap_dp_grad_reduce=True),
+        )
+    if L.zero == 3 and not L.overlap_zero3_param_gather:
+        add(
+            "overlap ZeRO-3 param gather",
+            "prefetch the ZeRO-3 parameter all-gather behind compute "
+            "(Megatron --overlap-param-gather, FSDP forward/backward prefetch)",
+            _layout(L, overlap_zero3_param_gather=True),
+        )
+
+    # precision
+    if T.precision in ("bf16", "fp16"):
+        name, desc = "fp8", "FP8 GEMMs with Transformer Engine (Megatron --fp8-format hybrid)"
+        if cluster.accelerator.peak_tflops.fp8 is None:
+            add(name, desc, reason=f"{cluster.accelerator.name} has no fp8 tensor throughput")
+        else:
+            add(name, desc, tr=_training(T, precision="fp8"))
+
+    # micro-batch
+    mb = 2 * T.micro_batch
+    desc = f"micro-batch {mb} instead of {T.micro_batch} (Megatron --micro-batch-size {mb})"
+    if T.global_batch % (mb * L.dp):
+        add(
+            f"micro-batch {mb}",
+            desc,
+            reason=f"global_batch={T.global_batch} not divisible by micro_batch*dp = {mb * L.dp}",
+        )
+    else:
+        add(f"micro-batch {mb}", desc, tr=_training(T, micro_batch=mb))
+
+    # ZeRO-1 (distributed optimizer)
+    if L.zero != 1 and L.dp * L.cp > 1:
+        add(
+            "ZeRO-1",
+            f"ZeRO-1 instead of ZeRO-{L.zero}: shard the optimizer states over DP "
+            "(Megatron --use-distributed-optimizer)",
+            _layout(L, zero=1),
+        )
+
+    # tensor / pipeline split at constant tp*pp
+    for name, tp, pp in (
+        (f"tp{2 * L.tp} pp{L.pp // 2}", 2 * L.tp, L.pp // 2),
+        (f"tp{L.tp // 2} pp{2 * L.pp}", L.tp // 2, 2 * L.pp),
+    ):
+        if tp * pp != L.tp * L.pp or min(tp, pp) < 1:
+            continue
+        vpp = L.vpp if pp > 1 and L.vpp and model.layers % (pp * L.vpp) == 0 else None
+        lay = _layout(
+            L,
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            schedule=L.schedule if vpp else None,
+            sequence_parallel=L.sequence_parallel and tp > 1,
+            overlap_tp_comm=L.overlap_tp_comm and tp > 1,
+        )
+        note = ""
+        if tp > cluster.spec.scale_up_domain_gpus:
+            note = f"; TP {tp} spans more than the {cluster.spec.scale_up_domain_gpus}-GPU NVLink domain"
+        if L.vpp and not vpp:
+            note += "; interleaving dropped"
+        add(
+            name,
+            f"tp {tp}, pp {pp} instead of tp {L.tp}, pp {L.pp} (Megatron "
+            f"--tensor-model-parallel-size {tp} --pipeline-model-parallel-size {pp}){note}",
+            lay,
+        )
+    return out
+
+
+def _rank_key(lever: Lever) -> tuple[int, int, float]:
+    if not lever.applicable:
+        return (2, 0, 0.0)
+    return (0 if lever.fits else 1, 0, -(lever.gain_pct or 0.0))
+
+
+def advise(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile | str | None = None,
+    *,
+    include_unavailable: bool = False,
+    baseline: StepReport | None = None,
+) -> list[Lever]:
+    """The predicted effect of each lever on ``layout``, ranked: levers that fit in memory first,
+    then by gain in tokens/s (largest first); unavailable ones last when included.
+
+    ``profile``: as for ``planner.simulate`` (default: the cluster's profile). ``baseline``:
+    the layout's own StepReport when the caller already has it. Raises PlannerError when the
+    baseline layout itself is illegal.
+    """
+    from planner import simulate  # planner/__init__ imports the specs this module uses
+
+    check_layout(model, cluster, layout, training)
+    base = baseline if baseline is not None else simulate(model, cluster, layout, training, profile)
+    levers: list[Lever] = []
+    try:
+        candidates = _candidates(model, cluster, layout, training)
+    except ValidationError as exc:  # a derived layout that pydantic rejects: a bug, say so
+        raise PlannerError("advise", f"could not build a lever: {exc}") from None
+    for c in candidates:
+        rep: StepReport | None = None
+        reason = c.reason
+        if not reason:
+            try:
+                check_layout(model, cluster, c.layout, c.training, gpus=layout.world_size)
+                rep = simulate(model, cluster, c.layout, c.training, profile)
+            except PlannerError as exc:
+                reason = str(exc)
+        if rep is None:
+            if include_unavailable:
+                levers.append(
+                    Lever(c.name, c.description, c.layout, c.training, False, reason=reason)
+                )
+            continue
+        levers.append(
+            Lever(
+                c.name,
+                c.description,
+                c.layout,
+                c.training,
+                tokens_per_s=rep.tokens_per_s,
+                gain_pct=100.0 * (rep.tokens_per_s / base.tokens_per_s - 1.0),
+                step_time_change_s=rep.step_time_s - base.step_time_s,
+                mfu_pct=rep.mfu_pct,
+                peak_memory_gib=rep.peak_memory_gib,
+                memory_change_gib=rep.peak_memory_gib - base.peak_memory_gib,
+                fits=rep.fits,
+            )
+        )
+    return sorted(levers, key=_rank_key)
