@@ -119,7 +119,9 @@ def layer_activation_bytes(
         pass
     elif training.recompute != "selective" and not flash_attention:
         ctx = min(s, mixer.window or s)
-        core = (5.0 if dropout else 2.0) * model.heads * s * ctx * b  # softmax out (+mask, dropout out)
+        core = (
+            (5.0 if dropout else 2.0) * model.heads * s * ctx * b
+        )  # softmax out (+mask, dropout out)
     elif flash_attention:
         core = 4.0 * tok * model.heads  # fp32 log-sum-exp per row
     sharded = qkv + attn_out + mlp + core

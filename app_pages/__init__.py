@@ -1,0 +1,1 @@
+"""Pages of the Streamlit web app (``streamlit run app.py``)."""

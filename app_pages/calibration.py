@@ -1,0 +1,183 @@
+"""Calibration: inspect a profile's curves against the shipped one, and use it on every page.
+
+A profile (JSON, the schema of ``calibration/profiles/*.json``, e.g. written by ``planner
+calibrate``) is checked as ``planner.load_profile`` checks a file. Its curves are drawn on the
+chosen cluster's hardware: GEMM efficiency (2mnk / time / bf16 peak) against the GEMM size, and
+all-reduce bus bandwidth inside one node against the message size.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app_pages import charts
+from app_pages import common as c
+from planner.costs.comms import collective_time_s, make_fabric, place
+from planner.costs.compute import gemm_time_s, make_device
+from planner.errors import PlannerError
+from planner.profile import CalibrationProfile
+from planner.specs.hardware import Cluster
+
+GEMM_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+MESSAGE_BYTES = tuple(2**e for e in range(10, 31))  # 1 KiB .. 1 GiB
+UPLOADED = "cal_uploaded_profile"
+
+
+def gemm_curve(cluster: Cluster, profile: CalibrationProfile) -> list[float]:
+    """GEMM efficiency (% of the bf16 peak) of square m = n = k GEMMs."""
+    dev = make_device(cluster.accelerator, profile, "bf16")
+    return [2.0 * d**3 / gemm_time_s(d, d, d, dev) / dev.gemm_peak_flops * 100 for d in GEMM_SIZES]
+
+
+def allreduce_curve(cluster: Cluster, profile: CalibrationProfile) -> tuple[int, list[float]]:
+    """(ranks, bus bandwidth GB/s per message size) of an all-reduce over one node."""
+    fabric = make_fabric(cluster, profile)
+    n = min(cluster.spec.gpus_per_node, cluster.spec.scale_up_domain_gpus)
+    if n < 2:
+        return n, [0.0 for _ in MESSAGE_BYTES]
+    where = place(n, 1, cluster.spec.scale_up_domain_gpus)
+    factor = 2.0 * (n - 1) / n
+    return n, [
+        factor * b / collective_time_s("all_reduce", b, where, fabric) / 1e9 for b in MESSAGE_BYTES
+    ]
+
+
+def parameters_table(profiles: list[tuple[str, CalibrationProfile]]) -> dict[str, list[str]]:
+    """The main figures of each profile, side by side."""
+    rows = {
+        "id": lambda p: p.id,
+        "accelerator": lambda p: p.accelerator,
+        "method": lambda p: p.method,
+        "GEMM eta_max bf16": lambda p: f"{p.gemm_eta_max('bf16'):.3f}",
+        "GEMM eta_max fp8": lambda p: f"{p.gemm_eta_max('fp8'):.3f}",
+        "GEMM dim_half": lambda p: f"{p.gemm.dim_half:g}",
+        "GEMM fixed (us)": lambda p: f"{p.gemm.fixed_us:g}",
+        "sustained fraction": lambda p: f"{p.gemm.sustained_fraction:.3f}",
+        "attention eta fwd / bwd": lambda p: (
+            f"{p.attention.eta_max_fwd:.3f} / {p.attention.eta_max_bwd:.3f}"
+        ),
+        "HBM eta": lambda p: f"{p.memory.eta_hbm:.3f}",
+        "scale-up / scale-out eta": lambda p: (
+            f"{p.comm.scale_up_eta:.3f} / {p.comm.scale_out_eta:.3f}"
+        ),
+        "NCCL base latency (us)": lambda p: f"{p.comm.base_latency_us:g}",
+        "overlap contention": lambda p: f"{p.comm.overlap_contention:.2f}",
+        "measured collectives": lambda p: str(len(p.collectives)),
+    }
+    table: dict[str, list[str]] = {"parameter": list(rows)}
+    for name, prof in profiles:
+        table[name] = [fn(prof) for fn in rows.values()]
+    return table
+
+
+def _upload() -> CalibrationProfile | None:
+    """The uploaded profile (kept across pages), or None; a bad file shows st.error."""
+    upload = st.file_uploader(
+        "Calibration profile JSON (at most 1 MB)",
+        type=["json"],
+        key="cal_upload",
+        help="The schema of calibration/profiles/*.json (schema_version 1), e.g. the output "
+        "of planner calibrate.",
+    )
+    if upload is None:
+        return st.session_state.get(UPLOADED)
+    try:
+        prof = c.parse_profile_text(c.read_upload(upload, "profile"))
+    except PlannerError as exc:
+        st.session_state.pop(UPLOADED, None)
+        st.error(f"Could not read {upload.name}: {c.one_line(exc)}")
+        return None
+    st.session_state[UPLOADED] = prof
+    return prof
+
+
+def body() -> None:
+    """The Calibration page."""
+    st.title("Calibration")
+    st.caption(
+        "Efficiency curves of a calibration profile against the shipped one, on one cluster's "
+        "hardware; use an uploaded profile on every page."
+    )
+    clusters = c.cluster_ids()
+    if "cal_cluster" not in st.session_state:
+        last = st.session_state.get(c.LAST_CLUSTER, c.DEFAULT_CLUSTER)
+        st.session_state["cal_cluster"] = last if last in clusters else c.DEFAULT_CLUSTER
+    cluster = c.load_cluster(
+        st.selectbox("Cluster (hardware the curves use)", clusters, key="cal_cluster")
+    )
+    shipped = c.shipped_profile(cluster.id)
+    uploaded = _upload()
+    active = c.active_profile()
+
+    profiles: list[tuple[str, CalibrationProfile]] = [(f"shipped: {shipped.id}", shipped)]
+    if active is not None and c.profile_key(active) != c.profile_key(shipped):
+        profiles.append((f"active: {active.id}", active))
+    if uploaded is not None and all(
+        c.profile_key(uploaded) != c.profile_key(p) for _, p in profiles
+    ):
+        profiles.append((f"uploaded: {uploaded.id}", uploaded))
+
+    if uploaded is not None:
+        if uploaded.accelerator != cluster.spec.accelerator:
+            st.warning(
+                f"`{uploaded.id}` was measured on `{uploaded.accelerator}`; the curves below apply "
+                f"it to {cluster.accelerator.name}'s datasheet figures."
+            )
+        cols = st.columns([1, 1, 2])
+        if cols[0].button("Use this profile", type="primary", key="cal_use"):
+            st.session_state[c.ACTIVE_PROFILE] = uploaded
+            active = uploaded
+        if "cal_all" not in st.session_state:
+            st.session_state["cal_all"] = bool(st.session_state.get(c.PROFILE_ALL, False))
+        st.session_state[c.PROFILE_ALL] = cols[1].checkbox(
+            "on every accelerator",
+            key="cal_all",
+            help="Off: only clusters whose accelerator is the profile's use it.",
+        )
+    if active is not None:
+        scope = (
+            "every accelerator"
+            if st.session_state.get(c.PROFILE_ALL)
+            else f"`{active.accelerator}`"
+        )
+        st.success(f"Active profile on every page: `{active.id}` (for {scope}).")
+        if st.button("Back to the shipped profiles", key="cal_reset"):
+            st.session_state.pop(c.ACTIVE_PROFILE, None)
+            st.rerun()
+    else:
+        st.info("Active: the shipped profile of each accelerator.")
+    c.sidebar_status()
+
+    left, right = st.columns(2)
+    left.plotly_chart(
+        charts.curves_figure(
+            [(name, GEMM_SIZES, gemm_curve(cluster, p)) for name, p in profiles],
+            f"GEMM efficiency on {cluster.accelerator.name} (bf16)",
+            "GEMM size m = n = k (elements)",
+            "efficiency (% of dense bf16 peak)",
+            y_percent=True,
+        ),
+        key="cal_gemm_chart",
+    )
+    curves = [(name, allreduce_curve(cluster, p)) for name, p in profiles]
+    ranks = curves[0][1][0]
+    right.plotly_chart(
+        charts.curves_figure(
+            [(name, MESSAGE_BYTES, bw) for name, (_, bw) in curves],
+            f"All-reduce bus bandwidth, {ranks} GPUs in one node",
+            "message size (bytes)",
+            "bus bandwidth (GB/s)",
+        ),
+        key="cal_comm_chart",
+    )
+    st.caption(
+        "GEMM efficiency = 2 m n k / predicted time / dense bf16 peak (profile's sustained "
+        "fraction included). Bus bandwidth = 2 (n - 1) / n x bytes / predicted all-reduce time, "
+        f"nccl-tests convention; NVLink {cluster.spec.scale_up_bandwidth_gb_per_s:g} GB/s per GPU "
+        "each way."
+    )
+    st.subheader("Parameters")
+    st.dataframe(parameters_table(profiles), hide_index=True)
+
+
+c.run_page(body)

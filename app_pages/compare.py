@@ -1,0 +1,329 @@
+"""Compare hardware: one model and token budget on each accelerator generation.
+
+For each cluster preset the layout search (exhaustive over a coarse space, 5 % memory
+headroom) finds the fastest layout at a GPU count, or, in budget mode, the fastest GPU count
+whose run fits the budget; then time to train, GPU-hours, cost and energy follow.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import streamlit as st
+
+import planner
+from app_pages import charts
+from app_pages import common as c
+from planner.search_cmd import gpu_counts
+
+GENERATIONS = ("dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8x")
+GPU_COUNT = "GPU count"
+BUDGET = "Budget"
+HEADROOM = 0.05
+
+DEFAULTS: dict[str, Any] = {
+    "cmp_model": "llama3.1-70b",
+    "cmp_tokens_t": 15.0,
+    "cmp_seq_len": 8192,
+    "cmp_global_batch": 1024,
+    "cmp_mode": GPU_COUNT,
+    "cmp_gpus": 1024,
+    "cmp_budget_musd": 20.0,
+    "cmp_gpus_max": 16384,
+    "cmp_pue": 1.2,
+}
+
+
+@st.cache_data(show_spinner=False)
+def default_prices() -> dict[str, tuple[float, str]]:
+    """Price per GPU-hour of every shipped cluster and where it comes from: the preset's
+    ``price_per_gpu_hour_usd``, else that of the priced preset whose accelerator has the
+    nearest bf16 peak (stated as such)."""
+    clusters = [c.load_cluster(i) for i in c.cluster_ids()]
+    priced = [x for x in clusters if x.spec.price_per_gpu_hour_usd]
+    out: dict[str, tuple[float, str]] = {}
+    for cl in clusters:
+        if cl.spec.price_per_gpu_hour_usd:
+            out[cl.id] = (cl.spec.price_per_gpu_hour_usd, "preset")
+            continue
+        peak = cl.accelerator.peak_flops_per_s("bf16")
+        ref = min(priced, key=lambda x: abs(x.accelerator.peak_flops_per_s("bf16") - peak))
+        out[cl.id] = (
+            ref.spec.price_per_gpu_hour_usd or 0.0,
+            f"no shipped price: {ref.id}'s (nearest bf16 peak)",
+        )
+    return out
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def best_per_count(
+    model_id: str,
+    cluster_id: str,
+    counts: tuple[int, ...],
+    global_batch: int,
+    seq_len: int,
+    prof_key: str,
+    _model: planner.ModelSpec,
+    _profile: planner.CalibrationProfile,
+) -> dict[int, dict[str, Any]]:
+    """For each GPU count, the fastest feasible layout (coarse exhaustive search, 5 % headroom)
+    as plain numbers; counts with none are left out."""
+    cluster = c.load_cluster(cluster_id)
+    result = planner.search(
+        _model,
+        cluster,
+        counts if len(counts) > 1 else counts[0],
+        global_batch,
+        seq_len=seq_len,
+        method="exhaustive",
+        memory_headroom=HEADROOM,
+        space=c.coarse_space(_model, cluster, counts, seq_len),
+        profile=_profile,
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for e in result.ranked:
+        if e.feasible and e.gpus not in out:
+            out[e.gpus] = {
+                "gpus": e.gpus,
+                "layout": c.layout_text(e.layout, e.training),
+                "tokens_per_s": e.report.tokens_per_s,
+                "tokens_per_s_per_gpu": e.report.tokens_per_s_per_gpu,
+                "mfu_pct": e.report.mfu_pct,
+                "peak_memory_gib": e.report.peak_memory_gib,
+                "step_time_s": e.report.step_time_s,
+            }
+    if not out:
+        out[-1] = {"reason": ", ".join(f"{k} ({v:,})" for k, v in result.infeasible.items())}
+    return out
+
+
+def row_for(
+    cluster_id: str,
+    option: dict[str, Any] | None,
+    tokens: float,
+    price: float,
+    pue: float,
+    note: str = "",
+) -> dict[str, Any]:
+    """One table row: the searched layout and what training ``tokens`` would take."""
+    cl = c.load_cluster(cluster_id)
+    row: dict[str, Any] = {
+        "cluster": cl.id,
+        "accelerator": cl.accelerator.name,
+        "GPUs": None,
+        "best layout": None,
+        "tokens/s": None,
+        "tokens/s/GPU": None,
+        "MFU (%)": None,
+        "time to train (days)": None,
+        "GPU-hours (M)": None,
+        "price ($/GPU-h)": price,
+        "cost ($M)": None,
+        "TDP (W)": cl.accelerator.tdp_w,
+        "energy (MWh)": None,
+        "note": note,
+    }
+    if option is None or "tokens_per_s" not in option:
+        row["note"] = "no feasible layout" + (f": {option['reason']}" if option else "")
+        return row
+    seconds = tokens / option["tokens_per_s"]
+    gpu_hours = option["gpus"] * seconds / 3600.0
+    row.update(
+        {
+            "GPUs": option["gpus"],
+            "best layout": option["layout"],
+            "tokens/s": round(option["tokens_per_s"]),
+            "tokens/s/GPU": round(option["tokens_per_s_per_gpu"]),
+            "MFU (%)": round(option["mfu_pct"], 1),
+            "time to train (days)": round(seconds / 86400.0, 2),
+            "GPU-hours (M)": round(gpu_hours / 1e6, 3),
+            "cost ($M)": round(gpu_hours * price / 1e6, 3),
+            "energy (MWh)": (
+                round(cl.accelerator.tdp_w * gpu_hours * pue / 1e6, 1)
+                if cl.accelerator.tdp_w
+                else None
+            ),
+        }
+    )
+    return row
+
+
+def choose_in_budget(
+    options: dict[int, dict[str, Any]], tokens: float, price: float, budget_usd: float
+) -> tuple[dict[str, Any] | None, str]:
+    """The fastest option whose run costs at most the budget, else the cheapest (noted)."""
+    valid = [o for o in options.values() if "tokens_per_s" in o]
+    if not valid:
+        return (options.get(-1), "")
+
+    def cost(o: dict[str, Any]) -> float:
+        return o["gpus"] * tokens / o["tokens_per_s"] / 3600.0 * price
+
+    within = [o for o in valid if cost(o) <= budget_usd]
+    if within:
+        return max(within, key=lambda o: o["tokens_per_s"]), "fastest count within budget"
+    cheapest = min(valid, key=cost)
+    return cheapest, f"over budget: the cheapest count costs {c.fmt_usd(cost(cheapest))}"
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    """The table as CSV text."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def body() -> None:
+    """The Compare hardware page."""
+    c.init_state(DEFAULTS)
+    st.title("Compare hardware")
+    st.caption(
+        "The same model, batch and sequence length on each accelerator generation: the searched "
+        "best layout, throughput, time to train, GPU-hours, cost and energy."
+    )
+    c.sidebar_status()
+    clusters = c.cluster_ids()
+    if "cmp_clusters" not in st.session_state:
+        st.session_state["cmp_clusters"] = [g for g in GENERATIONS if g in clusters]
+    prices = default_prices()
+    for cid in clusters:
+        st.session_state.setdefault(f"cmp_price_{cid}", float(prices[cid][0]))
+
+    cols = st.columns(4)
+    model_id = cols[0].selectbox("Model", c.model_ids(), key="cmp_model")
+    tokens_t = cols[1].number_input(
+        "token budget (trillions of tokens)", min_value=1e-6, max_value=1e4, key="cmp_tokens_t"
+    )
+    seq_len = int(
+        cols[2].number_input("seq len", min_value=1, max_value=10_000_000, key="cmp_seq_len")
+    )
+    global_batch = int(
+        cols[3].number_input(
+            "global batch (sequences)", min_value=1, max_value=10_000_000, key="cmp_global_batch"
+        )
+    )
+    cols = st.columns(4)
+    mode = cols[0].radio("Size the job by", (GPU_COUNT, BUDGET), key="cmp_mode", horizontal=True)
+    if mode == GPU_COUNT:
+        gpus = int(cols[1].number_input("GPUs", min_value=1, max_value=1_000_000, key="cmp_gpus"))
+        budget_usd, gpus_max = 0.0, gpus
+    else:
+        budget_usd = (
+            float(
+                cols[1].number_input("budget ($ millions)", min_value=0.001, key="cmp_budget_musd")
+            )
+            * 1e6
+        )
+        gpus_max = int(
+            cols[2].number_input(
+                "at most GPUs", min_value=8, max_value=1_000_000, key="cmp_gpus_max"
+            )
+        )
+        gpus = 0
+    pue = float(
+        cols[3].number_input(
+            "PUE (facility power / IT power)",
+            min_value=1.0,
+            max_value=3.0,
+            step=0.05,
+            key="cmp_pue",
+        )
+    )
+    chosen = st.multiselect("Clusters", clusters, key="cmp_clusters")
+    with st.expander("Price per GPU-hour (editable)"):
+        pcols = st.columns(3)
+        for i, cid in enumerate(chosen):
+            pcols[i % 3].number_input(
+                f"{cid} ($/GPU-h)",
+                min_value=0.0,
+                step=0.05,
+                key=f"cmp_price_{cid}",
+                help=f"default: {prices[cid][1]}",
+            )
+        fallback = [f"{cid}: {prices[cid][1]}" for cid in chosen if prices[cid][1] != "preset"]
+        st.caption(
+            "Defaults: each preset's indicative on-demand price (hardware_specs/clusters, "
+            "volatile)." + (" " + "; ".join(fallback) + "." if fallback else "")
+        )
+    if not chosen:
+        st.info("Choose at least one cluster.")
+        return
+
+    model = c.load_model(model_id)
+    tokens = float(tokens_t) * 1e12
+    rows: list[dict[str, Any]] = []
+    bar = st.progress(0.0, text="searching layouts")
+    for i, cid in enumerate(chosen):
+        cl = c.load_cluster(cid)
+        price = float(st.session_state.get(f"cmp_price_{cid}", prices[cid][0]))
+        profile = c.profile_for(cl)
+        if mode == GPU_COUNT:
+            counts: tuple[int, ...] = (gpus,)
+        else:
+            first = min(cl.spec.gpus_per_node, gpus_max)
+            counts = gpu_counts(first, gpus_max, cl.spec.scale_up_domain_gpus)
+        options = best_per_count(
+            model_id, cid, counts, global_batch, seq_len, c.profile_key(profile), model, profile
+        )
+        if mode == GPU_COUNT:
+            option, note = options.get(gpus, options.get(-1)), ""
+        else:
+            option, note = choose_in_budget(options, tokens, price, budget_usd)
+        rows.append(row_for(cid, option, tokens, price, pue, note))
+        bar.progress((i + 1) / len(chosen), text=f"searched {cid}")
+    bar.empty()
+
+    ok = [r for r in rows if r["tokens/s"] is not None]
+    st.dataframe(rows, hide_index=True)
+    st.caption(
+        f"{model.name}, {c.fmt_count(tokens, 'tokens')}, global batch {global_batch:,} x "
+        f"{seq_len:,} tokens; layouts from an exhaustive search over a coarse space (micro-batch "
+        "1/2, recompute none/selective/full, ZeRO 1, SP and TP overlap on, vpp 1/2/4) keeping "
+        f"{HEADROOM:.0%} of usable HBM free. Time to train = tokens / tokens/s; GPU-hours = "
+        "GPUs x time; cost = GPU-hours x price; energy = TDP x GPUs x time x PUE "
+        f"(PUE {pue:.2f}; board power only, hosts and network inside the PUE)."
+        + (
+            f" Budget mode: per cluster, the fastest GPU count (up to {gpus_max:,}) whose run "
+            f"costs at most {c.fmt_usd(budget_usd)}."
+            if mode == BUDGET
+            else ""
+        )
+    )
+    if ok:
+        names = [r["cluster"] for r in ok]
+        left, right = st.columns(2)
+        left.plotly_chart(
+            charts.compare_bars(names, [r["tokens/s"] for r in ok], "Throughput", "tokens/s"),
+            key="cmp_chart_tps",
+        )
+        right.plotly_chart(
+            charts.compare_bars(
+                names, [r["time to train (days)"] for r in ok], "Time to train", "days"
+            ),
+            key="cmp_chart_time",
+        )
+        left.plotly_chart(
+            charts.compare_bars(names, [r["cost ($M)"] for r in ok], "Cost", "$ millions"),
+            key="cmp_chart_cost",
+        )
+        right.plotly_chart(
+            charts.compare_bars(
+                names, [r["energy (MWh)"] for r in ok], f"Energy (PUE {pue:.2f})", "MWh"
+            ),
+            key="cmp_chart_energy",
+        )
+    st.download_button(
+        "Download the table (CSV)",
+        data=to_csv(rows),
+        file_name=f"compare-{model.name}.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="cmp_csv",
+    )
+
+
+c.run_page(body)

@@ -1,0 +1,403 @@
+"""Estimate: one model on one cluster under one layout -> tokens/s, MFU, step time, memory.
+
+Invalid combinations are explained inline (the planner's legality message plus the nearest
+valid values); the simulation is cached on the frozen specs, so a widget change re-renders in
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+
+import streamlit as st
+from pydantic import ValidationError
+
+from app_pages import charts
+from app_pages import common as c
+from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.legality import check_layout
+from planner.report import StepReport
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+SHIPPED = "Shipped model"
+UPLOAD_YAML = "Upload model YAML"
+UPLOAD_HF = "Upload HuggingFace config.json"
+SOURCES = (SHIPPED, UPLOAD_YAML, UPLOAD_HF)
+
+DEFAULTS = {
+    "est_model_source": SHIPPED,
+    "est_model": c.DEFAULT_MODEL,
+    "est_cluster": c.DEFAULT_CLUSTER,
+    "est_gpus": 8,
+    "est_tp": 2,
+    "est_pp": 1,
+    "est_cp": 1,
+    "est_ep": 1,
+    "est_vpp": 1,
+    "est_seq_len": 4096,
+    "est_global_batch": 64,
+    "est_micro_batch": 1,
+    "est_recompute": "none",
+    "est_zero": 1,
+    "est_precision": "bf16",
+    "est_sp": True,
+    "est_overlap_tp": True,
+    "est_overlap_dp": True,
+}
+
+
+# ---- nearest valid values -----------------------------------------------------------------------
+def nearest(values: Iterable[int], x: int) -> list[int]:
+    """The closest values below and above ``x`` (x itself excluded)."""
+    vals = sorted(set(values))
+    below = [v for v in vals if v < x]
+    above = [v for v in vals if v > x]
+    return ([below[-1]] if below else []) + ([above[0]] if above else [])
+
+
+def _join(values: Iterable[int]) -> str:
+    """'1, 2, 4'."""
+    return ", ".join(str(v) for v in values)
+
+
+def _divisors(n: int) -> list[int]:
+    """Positive divisors of ``n``, ascending."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def legal_tp(model: ModelSpec, cluster: Cluster, gpus: int, pp: int, cp: int) -> list[int]:
+    """TP sizes that divide the heads and KV heads, stay inside one scale-up domain and leave
+    an integer DP for this GPU count."""
+    domain = cluster.spec.scale_up_domain_gpus
+    return [
+        t
+        for t in _divisors(model.heads)
+        if (model.mla is not None or model.n_kv_heads % t == 0)
+        and t <= domain
+        and gpus % (t * pp * cp) == 0
+    ]
+
+
+def suggestion(
+    err: PlannerError,
+    model: ModelSpec,
+    cluster: Cluster,
+    gpus: int,
+    layout: Layout,
+    training: Training,
+) -> str:
+    """Nearest valid values for the field a legality error names ('' when none apply)."""
+    tp, pp, cp, dp, vpp = layout.tp, layout.pp, layout.cp, layout.dp, layout.virtual_stages
+    if err.field == "layout.tp":
+        ok = legal_tp(model, cluster, gpus, pp, cp)
+        near = nearest(ok, tp)
+        return (
+            f"Nearest valid tp: {' or '.join(map(str, near))} "
+            f"(tp dividing heads={model.heads} and kv_heads={model.n_kv_heads}, at most the "
+            f"scale-up domain of {cluster.spec.scale_up_domain_gpus} GPUs and dividing "
+            f"gpus/(pp*cp) = {gpus // (pp * cp) if gpus % (pp * cp) == 0 else 'n/a'}: "
+            f"{_join(ok) or 'none'})."
+            if ok
+            else ""
+        )
+    if err.field == "layout.pp":
+        ok = [p for p in _divisors(gpus // (tp * cp)) if p * vpp <= model.layers]
+        return f"Nearest valid pp: {' or '.join(map(str, nearest(ok, pp)))} (legal: {_join(ok)})."
+    if err.field == "layout.vpp":
+        return "Set vpp = 1, or pp > 1 to interleave."
+    if err.field == "layout.cp":
+        if "state-space" in err.message:
+            return "Use cp = 1 for this model."
+        ok = [x for x in _divisors(gpus // (tp * pp)) if x == 1 or training.seq_len % (2 * x) == 0]
+        return f"Nearest valid cp: {' or '.join(map(str, nearest(ok, cp)))} (legal: {_join(ok)})."
+    if err.field == "layout.ep":
+        if model.moe is None:
+            return "Use ep = 1 (dense model)."
+        grid = tp * dp * cp
+        ok = [e for e in _divisors(model.moe.experts) if grid % e == 0]
+        return (
+            f"Nearest valid ep: {' or '.join(map(str, nearest(ok, layout.ep)))} "
+            f"(dividing experts={model.moe.experts} and tp*dp*cp={grid}: {_join(ok)})."
+        )
+    if err.field == "training.global_batch":
+        per = training.micro_batch * dp
+        gb = training.global_batch
+        lo, hi = gb // per * per, math.ceil(gb / per) * per
+        batches = [b for b in (lo, hi) if b > 0]
+        text = f"Nearest valid global batch: {' or '.join(map(str, batches))} (multiples of {per})"
+        if gb % dp == 0:
+            mbs = [m for m in _divisors(gb // dp) if m <= 64]
+            text += f"; or micro-batch {' or '.join(map(str, nearest(mbs, training.micro_batch)))}"
+        return text + "."
+    return ""
+
+
+def world_size_message(
+    model: ModelSpec, cluster: Cluster, gpus: int, tp: int, pp: int, cp: int
+) -> str:
+    """Why tp*pp*cp does not fit the GPU count, with the nearest valid alternatives."""
+    denom = tp * pp * cp
+    lo, hi = gpus // denom * denom, math.ceil(gpus / denom) * denom
+    counts = [g for g in (lo, hi) if g > 0]
+    alt = ", ".join(f"{g} GPUs (dp = {g // denom})" for g in counts)
+    tps = legal_tp(model, cluster, gpus, pp, cp)
+    pps = [p for p in _divisors(gpus) if gpus % (tp * p * cp) == 0 and p <= model.layers]
+    text = (
+        f"layout: tp*pp*cp = {tp}*{pp}*{cp} = {denom} does not divide gpus = {gpus}, so "
+        f"dp = gpus/(tp*pp*cp) = {gpus / denom:.3g} is not an integer. "
+        f"Nearest valid GPU counts: {alt}."
+    )
+    if tps:
+        text += f" With {gpus} GPUs: tp in {_join(nearest(tps, tp))} (legal: {_join(tps)})"
+        text += f", or pp in {_join(nearest(pps, pp))}." if pps else "."
+    return text
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+def model_input() -> ModelSpec | None:
+    """The model: a shipped id, or an uploaded model YAML / HuggingFace config.json."""
+    source = st.radio("Model source", SOURCES, key="est_model_source", horizontal=True)
+    if source == SHIPPED:
+        return c.load_model(st.selectbox("Model", c.model_ids(), key="est_model"))
+    if source == UPLOAD_HF and not c.hf_available():
+        st.error("config: HuggingFace config.json import is not available in this build.")
+        return None
+    kinds = ["json"] if source == UPLOAD_HF else ["yaml", "yml"]
+    upload = st.file_uploader(
+        f"{source} (at most 1 MB)",
+        type=kinds,
+        key="est_upload",
+        help="Model YAML: the schema of models/*.yaml (safe YAML only). "
+        "config.json: a HuggingFace transformers config.",
+    )
+    if upload is None:
+        st.info("Upload a file to estimate its throughput.")
+        return None
+    try:
+        text = c.read_upload(upload, "model")
+        stem = upload.name.rsplit(".", 1)[0].lower()
+        hf_name = None if stem in ("config", "") else stem
+        spec, notes = c.parse_model_upload(text, hf=source == UPLOAD_HF, name=hf_name)
+    except PlannerError as exc:
+        st.error(f"Could not read {upload.name}: {c.one_line(exc)}")
+        return None
+    st.session_state[c.UPLOADED_MODEL] = spec
+    st.success(
+        f"Loaded **{spec.name}**: {spec.layers} layers, hidden {spec.hidden}, "
+        f"{spec.total_params / 1e9:.2f} B parameters ({spec.active_params / 1e9:.2f} B active)."
+    )
+    if notes:
+        with st.expander(f"Import notes ({len(notes)})"):
+            for note in notes:
+                st.markdown(f"- {note}")
+    return spec
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _timeline(key: str, pp: int, vpp: int, _report: StepReport) -> charts.Timeline:
+    """The schematic timeline, cached on the report's totals (``key``)."""
+    return charts.pipeline_timeline(_report, pp, vpp)
+
+
+def _report_key(report: StepReport) -> str:
+    """The report totals the timeline depends on, as a cache key."""
+    return json.dumps(
+        [report.step_time_s, report.microbatches, sorted(report.time_breakdown_s.items())]
+    )
+
+
+def show_report(model: ModelSpec, cluster: Cluster, layout: Layout, report: StepReport) -> None:
+    """Headline numbers, memory verdict, the three charts and the details."""
+    cols = st.columns(5)
+    cols[0].metric(
+        "Tokens/s", c.fmt_count(report.tokens_per_s), help="tokens per second, whole job"
+    )
+    cols[1].metric("Tokens/s per GPU", f"{report.tokens_per_s_per_gpu:,.0f}")
+    cols[2].metric("MFU", c.fmt_pct(report.mfu_pct), help=report.mfu_convention)
+    cols[3].metric("Step time", c.fmt_seconds(report.step_time_s))
+    cols[4].metric(
+        "Memory per GPU",
+        c.fmt_gib(report.peak_memory_gib),
+        delta=f"{report.memory_headroom_gib:+,.1f} GiB headroom",
+        delta_color="normal",
+    )
+    if report.fits:
+        st.success(
+            f"Fits in memory: {c.fmt_gib(report.peak_memory_gib)} of "
+            f"{c.fmt_gib(report.usable_memory_gib)} usable on the {report.peak_memory_stage} "
+            f"pipeline stage ({c.fmt_gib(report.memory_headroom_gib)} free)."
+        )
+    else:
+        st.warning(
+            f"Does not fit in memory: {c.fmt_gib(report.peak_memory_gib)} needed, "
+            f"{c.fmt_gib(report.usable_memory_gib)} usable. "
+            + " ".join(report.feasibility)
+            + " Try recompute, a higher ZeRO stage, more tp/pp or a smaller micro-batch."
+        )
+    left, right = st.columns(2)
+    left.plotly_chart(
+        charts.memory_figure(report, cluster.accelerator.hbm_capacity_gib), key="est_mem_chart"
+    )
+    right.plotly_chart(charts.time_figure(report), key="est_time_chart")
+    timeline = _timeline(_report_key(report), layout.pp, layout.virtual_stages, report)
+    st.plotly_chart(charts.pipeline_figure(timeline), key="est_pipeline_chart")
+    scale, unit = charts.time_unit(timeline.end_s)
+    per_mb = timeline.forward_s + timeline.backward_s + timeline.comm_s
+    st.caption(
+        "Schematic, derived from the report's totals (no second simulation): uniform stages; per "
+        "micro-batch and stage t = (step - bubble - DP comm - optimizer) / "
+        f"{report.microbatches} micro-batches = {per_mb * scale:.3g} {unit}, "
+        "its exposed TP/CP/EP/PP communication drawn after each pass and the rest split "
+        "forward : backward = 1 : 2 (recompute in the backward); "
+        f"{'interleaved ' if timeline.vpp > 1 else ''}1F1B order with warm-up and cool-down; "
+        "DP communication and the optimizer step close the step. "
+        f"Drawn bubble on stage 1: {timeline.bubble_drawn_s * scale:.3g} {unit} "
+        f"(report: {report.time_breakdown_s.get('pipeline_bubble', 0.0) * scale:.3g} {unit}); "
+        f"drawn step {timeline.end_s * scale:.4g} {unit} (report: "
+        f"{report.step_time_s * scale:.4g} {unit})."
+        + (" " + "; ".join(timeline.notes) + "." if timeline.notes else "")
+    )
+    with st.expander("Details: placement, assumptions, MFU convention"):
+        st.markdown(
+            f"**{model.name}** on {report.gpus} x {cluster.accelerator.name} "
+            f"({cluster.spec.name}); {report.microbatches} micro-batches per step; "
+            f"{report.tokens_per_step:,} tokens per step; model FLOPs per token "
+            f"{report.model_flops_per_token / 1e9:,.2f} GFLOP; HFU {c.fmt_pct(report.hfu_pct)}."
+        )
+        st.table({"group": list(report.placement), "placement": list(report.placement.values())})
+        for note in report.assumptions:
+            st.markdown(f"- {note}")
+        st.caption(report.mfu_convention)
+    st.download_button(
+        "Download the report (JSON)",
+        data=json.dumps(report.to_dict(), indent=2),
+        file_name=f"{model.name}-{cluster.id}-{report.gpus}gpus.json",
+        mime="application/json",
+        on_click="ignore",
+        key="est_download",
+    )
+
+
+def body() -> None:
+    """The Estimate page."""
+    c.init_state(DEFAULTS)
+    st.title("Estimate")
+    st.caption(
+        "Step time, tokens/s, MFU and memory per GPU of one layout, from the analytic model."
+    )
+    c.sidebar_status()
+    top = st.columns([2, 1])
+    with top[0]:
+        model = model_input()
+    with top[1]:
+        cluster_id = st.selectbox("Cluster", c.cluster_ids(), key="est_cluster")
+        cluster = c.load_cluster(cluster_id)
+        st.session_state[c.LAST_CLUSTER] = cluster_id
+        st.caption(
+            f"{cluster.accelerator.name}: {cluster.accelerator.peak_tflops.bf16 or 0:,.0f} "
+            f"TFLOP/s bf16, {cluster.accelerator.hbm_usable_gib:.1f} GiB usable HBM; "
+            f"scale-up domain {cluster.spec.scale_up_domain_gpus} GPUs."
+        )
+    st.subheader("Layout")
+    cols = st.columns(6)
+    gpus = int(
+        cols[0].number_input("GPUs", min_value=1, max_value=1_000_000, step=1, key="est_gpus")
+    )
+    tp = int(cols[1].number_input("tp", min_value=1, max_value=1024, step=1, key="est_tp"))
+    pp = int(cols[2].number_input("pp", min_value=1, max_value=1024, step=1, key="est_pp"))
+    cp = int(cols[3].number_input("cp", min_value=1, max_value=1024, step=1, key="est_cp"))
+    ep = int(cols[4].number_input("ep", min_value=1, max_value=1024, step=1, key="est_ep"))
+    vpp = int(cols[5].number_input("vpp", min_value=1, max_value=64, step=1, key="est_vpp"))
+    cols = st.columns(6)
+    seq_len = int(
+        cols[0].number_input(
+            "seq len", min_value=1, max_value=10_000_000, step=1024, key="est_seq_len"
+        )
+    )
+    global_batch = int(
+        cols[1].number_input(
+            "global batch (sequences)",
+            min_value=1,
+            max_value=10_000_000,
+            step=1,
+            key="est_global_batch",
+        )
+    )
+    micro_batch = int(
+        cols[2].number_input(
+            "micro-batch", min_value=1, max_value=4096, step=1, key="est_micro_batch"
+        )
+    )
+    recompute = cols[3].selectbox("recompute", ("none", "selective", "full"), key="est_recompute")
+    zero = cols[4].selectbox("ZeRO stage", (0, 1, 2, 3), key="est_zero")
+    precision = cols[5].selectbox("precision", ("bf16", "fp16", "fp8"), key="est_precision")
+    cols = st.columns(3)
+    sp = cols[0].checkbox("sequence parallel", key="est_sp")
+    overlap_tp = cols[1].checkbox("overlap TP communication", key="est_overlap_tp")
+    overlap_dp = cols[2].checkbox("overlap DP gradient reduction", key="est_overlap_dp")
+    if model is None:
+        return
+    if gpus % (tp * pp * cp):
+        # a tp/pp/vpp/cp that is illegal for the model whatever the GPU count says so first
+        try:
+            probe = Layout(tp=tp, pp=pp, dp=1, cp=cp, vpp=vpp if vpp > 1 else None)
+            check_layout(model, cluster, probe, Training(seq_len=seq_len, global_batch=1))
+        except PlannerError as exc:
+            if exc.field in ("layout.tp", "layout.pp", "layout.vpp", "layout.cp"):
+                hint = suggestion(
+                    exc, model, cluster, gpus, probe, Training(seq_len=seq_len, global_batch=1)
+                )
+                st.error(c.one_line(exc) + (f"  \n{hint}" if hint else ""))
+                return
+        except ValidationError:
+            pass
+        st.error(world_size_message(model, cluster, gpus, tp, pp, cp))
+        return
+    dp = gpus // (tp * pp * cp)
+    st.caption(f"dp = gpus / (tp x pp x cp) = {gpus} / {tp * pp * cp} = **{dp}**")
+    try:
+        layout = Layout(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            cp=cp,
+            ep=ep,
+            vpp=vpp if vpp > 1 else None,
+            sequence_parallel=sp and tp > 1,
+            zero=zero,
+            overlap_tp_comm=overlap_tp and tp > 1,
+            overlap_dp_grad_reduce=overlap_dp,
+        )
+        training = Training(
+            seq_len=seq_len,
+            global_batch=global_batch,
+            micro_batch=micro_batch,
+            recompute=recompute,
+            precision=precision,
+        )
+    except ValidationError as exc:
+        st.error(c.one_line(pydantic_error_to_planner(exc, "layout")))
+        return
+    try:
+        check_layout(model, cluster, layout, training, gpus=gpus)
+    except PlannerError as exc:
+        hint = suggestion(exc, model, cluster, gpus, layout, training)
+        st.error(c.one_line(exc) + (f"  \n{hint}" if hint else ""))
+        return
+    if tp > cluster.spec.scale_up_domain_gpus:
+        st.warning(
+            f"tp = {tp} spans {math.ceil(tp / cluster.spec.scale_up_domain_gpus)} scale-up "
+            f"domains of {cluster.spec.scale_up_domain_gpus} GPUs: its all-reduces cross the "
+            "network (the layout search never picks this)."
+        )
+    profile = c.profile_for(cluster)
+    report = c.simulate(model, cluster, layout, training, profile)
+    show_report(model, cluster, layout, report)
+    st.caption(c.profile_caption(cluster, profile))
+
+
+c.run_page(body)

@@ -1,0 +1,159 @@
+"""Validation: predicted vs measured tokens/s per GPU for published training runs.
+
+The public cases (``shared/validation/public.yaml``, schema version 1) are simulated with the
+active calibration profile; users may upload their own cases in the same schema.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from app_pages import charts
+from app_pages import common as c
+from planner.errors import PlannerError
+from planner.validate import run_case, summarize, validate_file
+
+PUBLIC = "Public validation cases"
+UPLOADED = "My cases (upload)"
+
+
+@st.cache_data(show_spinner="Simulating the public cases...", max_entries=16)
+def public_results(path: str, mtime: float, prof_state: str, _profile_for: Any) -> dict:
+    """``validate_file`` on the public cases (cached per file version and profile)."""
+    return validate_file(path, _profile_for)
+
+
+@st.cache_data(show_spinner="Simulating your cases...", max_entries=16)
+def uploaded_results(text: str, prof_state: str, _profile_for: Any) -> dict:
+    """The uploaded cases, run as ``planner validate`` runs a file."""
+    data = c.parse_yaml(text, "FILE")
+    if not isinstance(data, list):
+        raise PlannerError(
+            "FILE",
+            f"expected a YAML list of cases, got {type(data).__name__}",
+            "schema version 1 (see shared/validation/README.md)",
+        )
+    cases = [run_case(raw, _profile_for) for raw in data]
+    return {"cases": cases, "summary": summarize(cases)}
+
+
+def per_source(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Errors per source over the scored cases with status ok."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for case in cases:
+        groups[str(case.get("source", "?"))].append(case)
+    rows = []
+    for source, group in groups.items():
+        ok = [x for x in group if x["status"] == "ok" and x.get("scored", True)]
+        err = np.array([x["error_pct"] for x in ok], dtype=float)
+        rows.append(
+            {
+                "source": source,
+                "cases": len(group),
+                "scored ok": len(ok),
+                "MAPE (%)": round(float(np.mean(np.abs(err))), 1) if err.size else None,
+                "mean signed error (%)": round(float(np.mean(err)), 1) if err.size else None,
+                "max |error| (%)": round(float(np.max(np.abs(err))), 1) if err.size else None,
+            }
+        )
+    rows.sort(key=lambda r: -r["cases"])
+    return rows
+
+
+def _pct(value: float | None) -> str:
+    """A percentage, '-' for None."""
+    return "-" if value is None else c.fmt_pct(value)
+
+
+def show(result: dict[str, Any], key: str) -> None:
+    """Summary metrics, the scatter, errors per source and every case."""
+    cases, summary = result["cases"], result["summary"]
+    cols = st.columns(5)
+    cols[0].metric("MAPE", _pct(summary["mape_pct"]), help="mean |error| over scored ok cases")
+    cols[1].metric("Median APE", _pct(summary["median_ape_pct"]))
+    cols[2].metric("P90 APE", _pct(summary["p90_ape_pct"]))
+    cols[3].metric("Cases scored", f"{summary['n_scored']} of {summary['n']}")
+    cols[4].metric("Memory MAPE", _pct(summary["memory_mape_pct"]))
+    if not any(x.get("predicted_tokens_per_s_per_gpu") for x in cases):
+        st.warning("No case could be simulated: see the reasons below.")
+    else:
+        st.plotly_chart(charts.validation_figure(cases), key=f"val_scatter_{key}")
+        st.caption(
+            "Each point is one published run; x marks cases the planner predicts would not fit "
+            "in memory (infeasible). Dotted lines: +-20 %. Errors are (predicted - measured) / "
+            "measured."
+        )
+    st.subheader("Errors per source")
+    st.dataframe(per_source(cases), hide_index=True, key=f"val_sources_{key}")
+    with st.expander(f"All {len(cases)} cases"):
+        st.dataframe(
+            [
+                {
+                    "id": x["id"],
+                    "status": x["status"],
+                    "measured tokens/s/GPU": x["measured_tokens_per_s_per_gpu"],
+                    "predicted tokens/s/GPU": x["predicted_tokens_per_s_per_gpu"],
+                    "error (%)": x["error_pct"],
+                    "predicted MFU (%)": x["predicted_mfu_pct"],
+                    "reason": x["reason"],
+                }
+                for x in cases
+            ],
+            hide_index=True,
+            key=f"val_cases_{key}",
+        )
+
+
+def body() -> None:
+    """The Validation page."""
+    st.title("Validation")
+    st.caption(
+        "Published, measured training runs simulated by the planner: predicted vs measured "
+        "tokens/s per GPU."
+    )
+    c.sidebar_status()
+    if "val_source" not in st.session_state:
+        st.session_state["val_source"] = PUBLIC
+    source = st.radio("Cases", (PUBLIC, UPLOADED), key="val_source", horizontal=True)
+    if source == PUBLIC:
+        path = c.VALIDATION_FILE
+        if not path.is_file():
+            st.warning(
+                f"The public validation file is missing ({path}); upload your own cases instead."
+            )
+            return
+        result = public_results(
+            str(path), path.stat().st_mtime, c.profile_state(), c.profile_resolver()
+        )
+        st.caption(f"File: `{path.name}` ({len(result['cases'])} cases, schema version 1).")
+        show(result, "public")
+        return
+    upload = st.file_uploader(
+        "Validation cases YAML (schema version 1, at most 1 MB)",
+        type=["yaml", "yml"],
+        key="val_upload",
+        help="A YAML list of cases in the schema of shared/validation/README.md.",
+    )
+    if upload is None:
+        st.info("Upload a YAML list of cases in the schema of the public file.")
+        return
+    try:
+        text = c.read_upload(upload, "FILE")
+        result = uploaded_results(text, c.profile_state(), c.profile_resolver())
+    except PlannerError as exc:
+        st.error(f"Could not read {upload.name}: {c.one_line(exc)}")
+        return
+    errors = [x for x in result["cases"] if x["status"] == "error"]
+    if errors:
+        st.warning(
+            f"{len(errors)} of {len(result['cases'])} cases could not be read or simulated, "
+            f"e.g. {errors[0]['id']}: {errors[0]['reason']}"
+        )
+    show(result, "uploaded")
+
+
+c.run_page(body)

@@ -1,0 +1,329 @@
+"""The web app (app.py, app_pages/) under streamlit.testing.v1.AppTest: every page renders,
+widgets change the numbers, bad uploads show an error box and never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit.testing.v1")
+pytest.importorskip("plotly")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGES = (
+    "app_pages/estimate.py",
+    "app_pages/search.py",
+    "app_pages/compare.py",
+    "app_pages/validation.py",
+    "app_pages/calibration.py",
+)
+# small jobs keep every page fast
+SMALL = {
+    "srch_model": "llama3.1-8b",
+    "srch_gpus": 8,
+    "srch_global_batch": 32,
+    "srch_seq_len": 2048,
+    "srch_space": "coarse",
+    "cmp_model": "llama3.1-8b",
+    "cmp_gpus": 64,
+    "cmp_global_batch": 256,
+    "cmp_seq_len": 4096,
+}
+
+
+def _app(page: str | None = None, **state: object) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in {**SMALL, **state}.items():
+        at.session_state[key] = value
+    if page is not None:
+        at.switch_page(page)
+    return at.run()
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def _spec(element: object) -> dict:
+    return json.loads(element.proto.spec)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_without_error(page: str) -> None:
+    at = _app(page)
+    _ok(at)
+    assert not _errors(at)
+    assert at.title
+
+
+# ---- Estimate -----------------------------------------------------------------------------------
+def test_estimate_shows_numbers_and_three_charts() -> None:
+    at = _app()
+    _ok(at)
+    assert _metric(at, "Tokens/s").endswith(" k")  # ~82 k tokens/s
+    assert _metric(at, "MFU").endswith("%")
+    assert _metric(at, "Memory per GPU").endswith("GiB")
+    charts = at.get("plotly_chart")
+    assert len(charts) == 3
+    titles = [_spec(ch)["layout"]["title"]["text"] for ch in charts]
+    assert any("Memory" in t for t in titles) and any("Pipeline" in t for t in titles)
+    mem = _spec(charts[0])
+    assert "GiB" in mem["layout"]["yaxis"]["title"]["text"]
+    assert any(s.value.startswith("Fits in memory") for s in at.success)
+
+
+def test_estimate_tp_and_gpus_change_tokens_per_s() -> None:
+    at = _app()
+    base = _metric(at, "Tokens/s")
+    at.number_input(key="est_tp").set_value(4).run()
+    _ok(at)
+    assert _metric(at, "Tokens/s") != base
+    tp4 = _metric(at, "Tokens/s")
+    at.number_input(key="est_gpus").set_value(16).run()
+    _ok(at)
+    assert _metric(at, "Tokens/s") != tp4
+    assert "dp = gpus / (tp x pp x cp) = 16 / 4 = **4**" in [c.value for c in at.caption]
+
+
+def test_estimate_pipeline_timeline_has_stages() -> None:
+    at = _app(est_pp=4, est_tp=1, est_gpus=8, est_vpp=2)
+    _ok(at)
+    gantt = _spec(at.get("plotly_chart")[2])
+    names = {trace["name"] for trace in gantt["data"]}
+    assert {"forward", "bubble (idle)", "optimizer step"} <= names
+    assert set(gantt["data"][0]["y"]) == {f"stage {s}" for s in range(1, 5)}
+    assert any("schematic" in c.value.lower() for c in at.caption)
+
+
+def test_estimate_illegal_tp_explains_valid_values() -> None:
+    at = _app()
+    at.number_input(key="est_tp").set_value(3).run()
+    _ok(at)
+    (err,) = _errors(at)
+    assert "tp" in err and "heads=32" in err
+    assert "Nearest valid tp: 2 or 4" in err
+    assert not at.metric  # no numbers for an illegal layout
+
+
+def test_estimate_gpu_count_not_divisible_suggests_counts() -> None:
+    at = _app(est_gpus=12, est_tp=8)
+    _ok(at)
+    (err,) = _errors(at)
+    assert "does not divide gpus = 12" in err and "8 GPUs (dp = 1), 16 GPUs (dp = 2)" in err
+
+
+def test_estimate_global_batch_not_divisible_suggests_batches() -> None:
+    at = _app(est_global_batch=30)  # dp = 4 with tp 2 on 8 GPUs
+    _ok(at)
+    (err,) = _errors(at)
+    assert "global_batch" in err and "28 or 32" in err
+
+
+BAD_UPLOADS = {
+    "invalid YAML": ("bad.yaml", b"name: [unclosed\nlayers: : 3\n", "invalid YAML"),
+    "object tag": (
+        "tag.yaml",
+        b"!!python/object/apply:os.system ['echo pwned']\n",
+        "object tags",
+    ),
+    "oversize": ("big.yaml", b"# " + b"x" * 1_100_000 + b"\nname: m\n", "1 MB"),
+    "wrong schema": ("schema.yaml", b"name: m\nlayers: 2\n", "required field"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_UPLOADS))
+def test_estimate_bad_model_upload_shows_error(case: str) -> None:
+    name, data, expected = BAD_UPLOADS[case]
+    at = _app(est_model_source="Upload model YAML")
+    at.file_uploader(key="est_upload").set_value((name, data, "application/x-yaml")).run()
+    _ok(at)
+    errors = _errors(at)
+    assert len(errors) == 1 and expected in errors[0], errors
+    assert not at.metric
+
+
+def test_estimate_model_yaml_upload_is_used() -> None:
+    at = _app(est_model_source="Upload model YAML")
+    text = (ROOT / "models" / "llama3.1-8b.yaml").read_bytes()
+    at.file_uploader(key="est_upload").set_value(("mine.yaml", text, "application/x-yaml")).run()
+    _ok(at)
+    assert not _errors(at)
+    assert _metric(at, "Tokens/s").endswith(" k")
+
+
+def test_estimate_hf_config_upload() -> None:
+    pytest.importorskip("planner.hf_import")
+    at = _app(est_model_source="Upload HuggingFace config.json")
+    config = (ROOT / "models" / "hf" / "Llama-3.1-8B.json").read_bytes()
+    at.file_uploader(key="est_upload").set_value(("config.json", config, "application/json")).run()
+    _ok(at)
+    assert not _errors(at)
+    assert _metric(at, "Tokens/s")
+    at.file_uploader(key="est_upload").set_value(
+        ("config.json", b"{oops", "application/json")
+    ).run()
+    _ok(at)
+    assert any("invalid JSON" in e for e in _errors(at))
+
+
+# ---- Search -------------------------------------------------------------------------------------
+def test_search_runs_and_offers_downloads() -> None:
+    at = _app("app_pages/search.py")
+    at.button(key="srch_submit").click().run()
+    _ok(at)
+    assert not _errors(at)
+    assert len(at.dataframe) == 1 and len(at.dataframe[0].value) >= 2
+    assert "tokens/s" in _metric(at, "Tokens/s")
+    labels = {b.proto.label for b in at.get("download_button")}
+    assert labels == {"Layout YAML", "Megatron-LM arguments", "torchtitan TOML", "JSON report"}
+    pareto = [_spec(ch) for ch in at.get("plotly_chart")]
+    assert len(pareto) == 2 and all(p["data"][1]["name"] == "Pareto front" for p in pareto)
+    codes = " ".join(c.value for c in at.code)
+    assert "--tensor-model-parallel-size" in codes and "[parallelism]" in codes
+
+
+def test_search_with_no_feasible_layout_explains() -> None:
+    at = _app("app_pages/search.py", srch_model="llama3.1-405b", srch_gpus=8)
+    at.button(key="srch_submit").click().run()
+    _ok(at)
+    assert any("no feasible layout" in e for e in _errors(at))
+
+
+# ---- Compare ------------------------------------------------------------------------------------
+def test_compare_lists_generations_and_prices_move_cost() -> None:
+    at = _app("app_pages/compare.py")
+    _ok(at)
+    table = at.dataframe[0].value
+    assert len(table) >= 4
+    assert {"dgx-a100-80gb", "dgx-h100", "dgx-b200"} <= set(table["cluster"])
+    assert table["tokens/s"].notna().sum() >= 4
+    assert len(at.get("plotly_chart")) == 4
+    assert [b.proto.label for b in at.get("download_button")] == ["Download the table (CSV)"]
+    h100 = table.set_index("cluster").loc["dgx-h100"]
+    at.number_input(key="cmp_price_dgx-h100").set_value(2 * float(h100["price ($/GPU-h)"])).run()
+    _ok(at)
+    again = at.dataframe[0].value.set_index("cluster").loc["dgx-h100"]
+    assert again["cost ($M)"] == pytest.approx(2 * h100["cost ($M)"], rel=0.01)
+    assert again["tokens/s"] == h100["tokens/s"]
+
+
+def test_compare_budget_mode() -> None:
+    at = _app("app_pages/compare.py", cmp_mode="Budget", cmp_gpus_max=64, cmp_budget_musd=1e4)
+    _ok(at)
+    table = at.dataframe[0].value
+    assert (table["GPUs"].dropna() <= 64).all()
+    assert (table["note"] == "fastest count within budget").sum() >= 4
+
+
+# ---- Validation ---------------------------------------------------------------------------------
+PUBLIC = ROOT.parent / "shared" / "validation" / "public.yaml"
+
+
+@pytest.mark.skipif(not PUBLIC.is_file(), reason="no shared/validation/public.yaml")
+def test_validation_scatter_and_mape() -> None:
+    at = _app("app_pages/validation.py")
+    _ok(at)
+    assert _metric(at, "MAPE").endswith("%")
+    (scatter,) = at.get("plotly_chart")
+    spec = _spec(scatter)
+    points = [t for t in spec["data"] if t.get("mode") == "markers"]
+    assert sum(len(t["x"]) for t in points) > 50
+    assert any(t["name"] == "y = x" for t in spec["data"])
+    assert spec["layout"]["xaxis"]["type"] == "log"
+
+
+@pytest.mark.skipif(not PUBLIC.is_file(), reason="no shared/validation/public.yaml")
+def test_validation_upload_own_cases() -> None:
+    import yaml
+
+    cases = yaml.safe_load(PUBLIC.read_text())[:3]
+    at = _app("app_pages/validation.py", val_source="My cases (upload)")
+    at.file_uploader(key="val_upload").set_value(
+        ("mine.yaml", yaml.safe_dump(cases).encode(), "application/x-yaml")
+    ).run()
+    _ok(at)
+    assert not _errors(at)
+    assert _metric(at, "Cases scored").endswith("of 3")
+    at.file_uploader(key="val_upload").set_value(
+        ("mine.yaml", b"id: not-a-list\n", "application/x-yaml")
+    ).run()
+    _ok(at)
+    assert any("expected a YAML list" in e for e in _errors(at))
+
+
+# ---- Calibration --------------------------------------------------------------------------------
+def test_calibration_bad_profile_shows_error() -> None:
+    at = _app("app_pages/calibration.py")
+    for data, expected in (
+        (b'{"schema_version": 1, "id": ', "invalid JSON"),
+        (b'{"schema_version": 7}', "unsupported profile version"),
+        (b'{"schema_version": 1, "id": "x"}', "required field"),
+    ):
+        at.file_uploader(key="cal_upload").set_value(("p.json", data, "application/json")).run()
+        _ok(at)
+        errors = _errors(at)
+        assert len(errors) == 1 and expected in errors[0], errors
+
+
+def test_calibration_profile_curves_and_use_everywhere() -> None:
+    at = _app()
+    base = _metric(at, "Tokens/s")
+    at.switch_page("app_pages/calibration.py").run()
+    prof = json.loads((ROOT / "calibration" / "profiles" / "h100-sxm5-80gb.json").read_text())
+    prof["id"] = "slow-h100"
+    prof["gemm"]["eta_max"] = {k: v * 0.7 for k, v in prof["gemm"]["eta_max"].items()}
+    at.file_uploader(key="cal_upload").set_value(
+        ("slow.json", json.dumps(prof).encode(), "application/json")
+    ).run()
+    _ok(at)
+    gemm, comm = (_spec(ch) for ch in at.get("plotly_chart"))
+    assert len(gemm["data"]) == 2 and "%" in gemm["layout"]["yaxis"]["title"]["text"]
+    assert gemm["data"][1]["y"][-1] < gemm["data"][0]["y"][-1]
+    assert "GB/s" in comm["layout"]["yaxis"]["title"]["text"]
+    at.button(key="cal_use").click().run()
+    _ok(at)
+    assert any("slow-h100" in s.value for s in at.success)
+    at.switch_page("app_pages/estimate.py").run()
+    _ok(at)
+    assert _metric(at, "Tokens/s") != base
+    assert any("slow-h100" in c.value for c in at.caption)
+
+
+def test_validation_file_missing_is_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sys
+
+    at = _app("app_pages/validation.py")  # imports app_pages.common
+    monkeypatch.setattr(
+        sys.modules["app_pages.common"], "VALIDATION_FILE", tmp_path / "public.yaml"
+    )
+    at.run()
+    _ok(at)
+    assert any("missing" in w.value for w in at.warning)
+
+
+# ---- never a traceback --------------------------------------------------------------------------
+def test_unexpected_error_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    at = _app()
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("simulator exploded\nsecond line")
+
+    monkeypatch.setattr(sys.modules["app_pages.common"], "simulate", boom)
+    at.number_input(key="est_tp").set_value(4).run()
+    _ok(at)
+    assert _errors(at) == ["Unexpected error (RuntimeError): simulator exploded second line"]
