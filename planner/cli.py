@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 import planner
-from planner import calibrate_cmds, goodput_cmds, hf_cmd, search_cmd, trace_cmd
+from planner import calibrate_cmds, goodput_cmds, hf_cmd, search_cmd, timeline_cmds, trace_cmd
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.render import render_list, render_simulation, render_validation
@@ -102,6 +102,12 @@ def _add_simulate(sub: Any) -> None:
         "layout and training flags; its gpus are used unless --gpus is given",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        default=None,
+        help="also write the simulated step as a Chrome trace (Perfetto) JSON",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     hf_cmd.add_parsers(sub)
     trace_cmd.add_parsers(sub)
     goodput_cmds.add_parsers(sub)
+    timeline_cmds.add_parsers(sub)
     lp = sub.add_parser("list", help="list shipped models, clusters or accelerators")
     lp.add_argument("kind", choices=("models", "clusters", "accelerators"))
     lp.add_argument("--json", action="store_true", help="print a JSON list of {id, description}")
@@ -241,6 +248,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     gpus, layout, training = _simulate_inputs(args)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
     report = planner.simulate(model, cluster, layout, training, _load_profile(args.profile))
+    if args.trace:
+        timeline_cmds.write_trace(report, model, layout, training, args.trace)
     if args.json:
         out = report.to_dict()
         out.update(
@@ -312,6 +321,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **hf_cmd.COMMANDS,
     **trace_cmd.COMMANDS,
     **goodput_cmds.COMMANDS,
+    **timeline_cmds.COMMANDS,
 }
 
 
