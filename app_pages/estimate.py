@@ -1,4 +1,6 @@
-"""Estimate: one model on one cluster under one layout -> tokens/s, MFU, step time, memory.
+"""Estimate: one model on one cluster under one layout -> tokens/s, MFU, step time, memory;
+below the charts, goodput under failures and checkpoints and the ranked levers (lazy sections,
+``app_pages/estimate_extras.py``).
 
 Invalid combinations are explained inline (the planner's legality message plus the nearest
 valid values); the simulation is cached on the frozen specs, so a widget change re-renders in
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 
 from app_pages import charts
 from app_pages import common as c
+from app_pages import estimate_extras as extras
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.legality import check_layout
 from planner.report import StepReport
@@ -398,6 +401,8 @@ def body() -> None:
     report = c.simulate(model, cluster, layout, training, profile)
     show_report(model, cluster, layout, report)
     st.caption(c.profile_caption(cluster, profile))
+    extras.goodput_section(model, cluster, layout, training, report)
+    extras.levers_section(model, cluster, layout, training, profile, report)
 
 
 c.run_page(body)

@@ -132,6 +132,43 @@ def test_estimate_global_batch_not_divisible_suggests_batches() -> None:
     assert "global_batch" in err and "28 or 32" in err
 
 
+def test_estimate_goodput_section_is_lazy_and_follows_mtbf() -> None:
+    at = _app()
+    assert "Goodput" not in [m.label for m in at.metric]  # closed: nothing computed
+    at.session_state["est_goodput_open"] = True
+    at.run()
+    _ok(at)
+    goodput = _metric(at, "Goodput")
+    assert goodput.endswith("%") and 90 < float(goodput.split()[0]) <= 100
+    assert _metric(at, "Checkpoint size").endswith("GiB")
+    assert _metric(at, "Effective MFU").endswith("%")
+    assert _metric(at, "Optimal checkpoint interval")
+    split = at.dataframe[0].value
+    assert list(split["share"])[0] == "training (goodput)"
+    assert split["% of wall time"].sum() == pytest.approx(100.0)
+    at.number_input(key="est_gp_mtbf").set_value(500.0).run()
+    _ok(at)
+    worse = _metric(at, "Goodput")
+    assert float(worse.split()[0]) < float(goodput.split()[0])
+    at.toggle(key="est_gp_async").set_value(True).run()
+    _ok(at)
+    assert float(_metric(at, "Goodput").split()[0]) > float(worse.split()[0])
+
+
+def test_estimate_levers_table_has_rows() -> None:
+    at = _app()
+    assert not at.dataframe  # closed: advise() not run
+    at.session_state["est_levers_open"] = True
+    at.run()
+    _ok(at)
+    (table,) = (d.value for d in at.dataframe)
+    assert len(table) >= 3
+    assert list(table.columns)[:4] == ["lever", "gain (%)", "memory change (GiB)", "fits"]
+    assert "micro-batch 2" in set(table["lever"])
+    fits = table["fits"].tolist()
+    assert fits == sorted(fits, reverse=True)  # levers that fit come first
+
+
 BAD_UPLOADS = {
     "invalid YAML": ("bad.yaml", b"name: [unclosed\nlayers: : 3\n", "invalid YAML"),
     "object tag": (
