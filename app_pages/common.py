@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import streamlit as st
-from pydantic import ValidationError
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 import planner
-from planner.errors import PlannerError, pydantic_error_to_planner
-from planner.profile import PROFILE_SCHEMA_VERSION, CalibrationProfile
+from planner.errors import PlannerError
+from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.search import SearchResult, SearchSpace, default_space
 from planner.specs.hardware import Cluster
@@ -331,25 +330,7 @@ def parse_model_upload(
 def parse_profile_text(text: str) -> CalibrationProfile:
     """A calibration profile from JSON text, checked as ``planner.load_profile`` checks a file
     (JSON syntax, ``schema_version``, the pydantic schema)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlannerError("profile", f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise PlannerError(
-            "profile", f"expected a JSON object, got {type(data).__name__}", "a profile JSON"
-        )
-    version = data.get("schema_version")
-    if version != PROFILE_SCHEMA_VERSION:
-        raise PlannerError(
-            "profile.schema_version",
-            f"unsupported profile version {version!r}",
-            str(PROFILE_SCHEMA_VERSION),
-        )
-    try:
-        return CalibrationProfile.model_validate(data)
-    except ValidationError as exc:
-        raise pydantic_error_to_planner(exc, "profile") from None
+    return planner.profile.parse_profile_text(text)
 
 
 # ---- formatting ---------------------------------------------------------------------------------

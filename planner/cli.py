@@ -35,6 +35,19 @@ def _add_simulate(sub: Any) -> None:
         help="predict step time, throughput, MFU and memory",
         description="Predict one training step of a model on a cluster.",
     )
+    add_layout_flags(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        default=None,
+        help="also write the simulated step as a Chrome trace (Perfetto) JSON",
+    )
+
+
+def add_layout_flags(p: argparse.ArgumentParser) -> None:
+    """The model, cluster, layout, training and profile flags shared by ``simulate``,
+    ``goodput`` and ``advise`` (read back by ``_simulate_inputs``)."""
     p.add_argument("--model", required=True, help="shipped model id or path to a model YAML")
     p.add_argument("--cluster", required=True, help="shipped cluster id or path to a YAML")
     p.add_argument(
@@ -100,13 +113,6 @@ def _add_simulate(sub: Any) -> None:
         default=None,
         help="layout YAML (as written by planner search): its layout and training replace the "
         "layout and training flags; its gpus are used unless --gpus is given",
-    )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument(
-        "--trace",
-        metavar="FILE",
-        default=None,
-        help="also write the simulated step as a Chrome trace (Perfetto) JSON",
     )
 
 

@@ -36,47 +36,10 @@ from planner.specs.model import ModelSpec
 
 
 def _add_layout_flags(p: argparse.ArgumentParser) -> None:
-    """The model, cluster, layout and training flags of ``planner simulate`` (same names, same
-    defaults, so planner.cli's flag parsing helpers read them)."""
-    p.add_argument("--model", required=True, help="shipped model id or path to a model YAML")
-    p.add_argument("--cluster", required=True, help="shipped cluster id or path to a YAML")
-    p.add_argument(
-        "--gpus", type=int, default=None, help="total GPUs (required unless --layout FILE)"
-    )
-    p.add_argument("--tp", type=int, default=1, help="tensor parallel size (default 1)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline parallel size (default 1)")
-    p.add_argument(
-        "--dp", type=int, default=None, help="data parallel size (default: gpus / (tp*pp*cp))"
-    )
-    p.add_argument("--cp", type=int, default=1, help="context parallel size (default 1)")
-    p.add_argument("--ep", type=int, default=1, help="expert parallel size (default 1)")
-    p.add_argument("--vpp", type=int, default=None, help="virtual stages per pipeline rank")
-    p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch")
-    p.add_argument(
-        "--global-batch",
-        type=int,
-        default=None,
-        help="sequences per step (required unless --layout FILE has a training section)",
-    )
-    p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
-    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
-    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage")
-    p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallel")
-    p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16")
-    p.add_argument("--attention-kernel", choices=("fused", "flash2", "unfused"), default="fused")
-    p.add_argument("--dropout", action="store_true", help="GPT-3 style hidden/attention dropout")
-    p.add_argument("--grad-reduce-dtype", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--schedule", choices=("1f1b", "interleaved"), default=None)
-    p.add_argument("--no-overlap-dp", action="store_true", help="no DP gradient-reduce overlap")
-    p.add_argument("--overlap-tp", action="store_true", help="overlap TP communication")
-    p.add_argument("--no-overlap-zero3", action="store_true", help="no ZeRO-3 gather overlap")
-    p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
-    p.add_argument(
-        "--layout",
-        metavar="FILE",
-        default=None,
-        help="layout YAML (as written by planner search) instead of the layout flags",
-    )
+    """``planner simulate``'s model, cluster, layout and training flags, and --json."""
+    from planner.cli import add_layout_flags
+
+    add_layout_flags(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

@@ -148,11 +148,21 @@ def load_profile(id_or_path: str | Path) -> CalibrationProfile:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.json")))
         raise PlannerError("profile", f"profile not found: {id_or_path}", known or None)
+    return parse_profile_text(path.read_text())
+
+
+def parse_profile_text(text: str) -> CalibrationProfile:
+    """A profile from JSON text: JSON syntax, ``schema_version`` and the pydantic schema are
+    checked, each failure a one-line PlannerError."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PlannerError("profile", f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    version = data.get("schema_version") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise PlannerError(
+            "profile", f"expected a JSON object, got {type(data).__name__}", "a profile JSON"
+        )
+    version = data.get("schema_version")
     if version != PROFILE_SCHEMA_VERSION:
         raise PlannerError(
             "profile.schema_version",
