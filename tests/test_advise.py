@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 import pytest
 
 import planner
-from planner import goodput_cmds
 from planner.advise import Lever, advise
 from planner.errors import PlannerError
 
@@ -36,20 +33,10 @@ ADVISE_70B = [
 
 
 def run_cli(argv: list[str]) -> int:
-    """planner.cli.main when it registers the command, else goodput_cmds' own parsers."""
-    from planner import cli
+    """``planner ARGV`` (the commands are registered in planner.cli)."""
+    from planner.cli import main
 
-    if argv[0] in cli.COMMANDS:
-        return cli.main(argv)
-    parser = argparse.ArgumentParser(prog="planner")
-    sub = parser.add_subparsers(dest="command", required=True)
-    goodput_cmds.add_parsers(sub)
-    args = parser.parse_args(argv)
-    try:
-        return goodput_cmds.COMMANDS[args.command](args)
-    except PlannerError as exc:
-        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
-        return 2
+    return main(argv)
 
 
 @pytest.fixture(scope="module")

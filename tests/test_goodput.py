@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 import planner
-from planner import goodput_cmds
 from planner.errors import PlannerError
 from planner.goodput import (
     DEFAULT_MTBF_HOURS_PER_GPU,
@@ -50,22 +47,10 @@ GOODPUT_70B = [
 
 
 def run_cli(argv: list[str]) -> int:
-    """``planner ARGV`` through planner.cli.main when it registers the command, else through a
-    parser built from goodput_cmds.add_parsers with the same error convention (one stderr line,
-    exit status 2)."""
-    from planner import cli
+    """``planner ARGV`` (the commands are registered in planner.cli)."""
+    from planner.cli import main
 
-    if argv[0] in cli.COMMANDS:
-        return cli.main(argv)
-    parser = argparse.ArgumentParser(prog="planner")
-    sub = parser.add_subparsers(dest="command", required=True)
-    goodput_cmds.add_parsers(sub)
-    args = parser.parse_args(argv)
-    try:
-        return goodput_cmds.COMMANDS[args.command](args)
-    except PlannerError as exc:
-        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
-        return 2
+    return main(argv)
 
 
 @pytest.fixture(scope="module")
