@@ -29,17 +29,19 @@ def check_layout(
             f"tp={layout.tp} does not divide heads={model.heads}",
             _divisors(model.heads),
         )
+    # Megatron-Core splits the KV heads (query groups) over TP: kv_heads % tp == 0
     if model.mla is None and model.n_kv_heads % layout.tp:
         raise PlannerError(
             "layout.tp",
             f"tp={layout.tp} does not divide kv_heads={model.n_kv_heads}",
             _divisors(model.n_kv_heads),
         )
-    if layout.pp * layout.virtual_stages > model.layers:
+    # Megatron may count the embedding and the loss as pipeline layers (account-for-* splits)
+    if layout.pp * layout.virtual_stages > model.layers + 2:
         raise PlannerError(
             "layout.pp",
-            f"pp*vpp = {layout.pp * layout.virtual_stages} exceeds layers={model.layers}",
-            f"pp*vpp <= {model.layers}",
+            f"pp*vpp = {layout.pp * layout.virtual_stages} exceeds layers + 2 = {model.layers + 2}",
+            f"pp*vpp <= {model.layers + 2} (embedding and loss may count as stages)",
         )
     if layout.vpp and layout.vpp > 1 and layout.pp == 1:
         raise PlannerError("layout.vpp", "virtual pipeline stages need pp > 1", "vpp=1 or pp>1")
