@@ -8,6 +8,7 @@ import pytest
 
 import planner
 from planner.advise import Lever, advise
+from planner.cli import main as run_cli
 from planner.errors import PlannerError
 
 GPUS = 64
@@ -30,13 +31,6 @@ ADVISE_70B = [
     "--recompute",
     "full",
 ]
-
-
-def run_cli(argv: list[str]) -> int:
-    """``planner ARGV`` (the commands are registered in planner.cli)."""
-    from planner.cli import main
-
-    return main(argv)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import planner
+from planner.cli import main as run_cli
 from planner.errors import PlannerError
 from planner.goodput import (
     DEFAULT_MTBF_HOURS_PER_GPU,
@@ -44,13 +45,6 @@ GOODPUT_70B = [
     "--recompute",
     "full",
 ]
-
-
-def run_cli(argv: list[str]) -> int:
-    """``planner ARGV`` (the commands are registered in planner.cli)."""
-    from planner.cli import main
-
-    return main(argv)
 
 
 @pytest.fixture(scope="module")
