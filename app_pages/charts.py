@@ -35,6 +35,7 @@ CATEGORY_LABELS = {
     "ep_comm": "EP comm (exposed)",
     "pp_comm": "PP comm",
     "dp_comm": "DP comm (exposed)",
+    "host_overhead": "waiting for host",
     "pipeline_bubble": "pipeline bubble",
     "optimizer": "optimizer step",
     "weights": "weights",

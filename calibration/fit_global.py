@@ -1,11 +1,12 @@
-"""Fit the two global in-training parameters on the public validation set, and report honestly.
+"""Fit the three global in-training parameters on the public validation set, and report honestly.
 
     python -m calibration.fit_global [../shared/validation/public.yaml]
 
-Fits ``gemm.sustained_fraction`` (in-training throughput over microbenchmark throughput) and
-``comm.overlap_contention`` (share of overlapped communication that still costs compute) by
+Fits ``gemm.sustained_fraction`` (in-training throughput over microbenchmark throughput),
+``comm.overlap_contention`` (share of overlapped communication that still costs compute) and
+``host.op_us`` (host time to issue one framework op, which binds for dropless MoE) by
 minimising a robust (soft-L1) loss of the log error of tokens/s/GPU over every scored case (scipy least_squares),
-the same two numbers for every accelerator, framework and model. It prints a leave-one-source-out
+the same three numbers for every accelerator, framework and model. It prints a leave-one-source-out
 cross-validation: each source group is predicted with parameters fitted without it, which is
 the error to expect on unseen runs. The result goes to ``calibration/global_params.json``;
 ``python -m calibration.fit_public_profiles`` then writes it into every shipped profile.
@@ -28,8 +29,9 @@ from planner.validate import run_case
 
 OUT = Path(__file__).resolve().parent / "global_params.json"
 DEFAULT_CASES = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "public.yaml"
-# A prior, not a fit: overlapped communication cannot cost more than half its time.
-BOUNDS = ([0.3, 0.0], [1.0, 0.5])
+# A prior, not a fit: overlapped communication cannot cost more than half its time; an eager
+# framework op costs the host between 0 and 200 us.
+BOUNDS = ([0.3, 0.0, 0.0], [1.0, 0.5, 200.0])
 # Robust loss in log space: a handful of runs the model cannot explain (e.g. 2021 ZeRO-3)
 # must not drag the two global numbers.
 LOSS, F_SCALE = "soft_l1", 0.15
@@ -38,7 +40,8 @@ LOSS, F_SCALE = "soft_l1", 0.15
 def _with(profile: CalibrationProfile, x: np.ndarray) -> CalibrationProfile:
     gemm = profile.gemm.model_copy(update={"sustained_fraction": float(x[0])})
     comm = profile.comm.model_copy(update={"overlap_contention": float(x[1])})
-    return profile.model_copy(update={"gemm": gemm, "comm": comm})
+    host = profile.host.model_copy(update={"op_us": float(x[2])})
+    return profile.model_copy(update={"gemm": gemm, "comm": comm, "host": host})
 
 
 def _log_errors(cases: list[dict], x: np.ndarray) -> np.ndarray:
@@ -62,8 +65,8 @@ def _log_errors(cases: list[dict], x: np.ndarray) -> np.ndarray:
 
 
 def fit(cases: list[dict], x0: np.ndarray | None = None) -> np.ndarray:
-    """Least-squares fit of (sustained_fraction, overlap_contention) on ``cases``."""
-    x0 = np.array([0.8, 0.1]) if x0 is None else x0
+    """Least-squares fit of (sustained_fraction, overlap_contention, host op_us) on ``cases``."""
+    x0 = np.array([0.8, 0.1, 20.0]) if x0 is None else x0
     res = least_squares(
         lambda x: _log_errors(cases, x),
         x0,
@@ -87,20 +90,20 @@ def main(argv: list[str] | None = None) -> None:
     err = _log_errors(cases, x)
     print(
         f"fitted on {len(cases)} scored cases: sustained_fraction={x[0]:.4f} "
-        f"overlap_contention={x[1]:.4f}; in-sample MAPE "
+        f"overlap_contention={x[1]:.4f} host_op_us={x[2]:.1f}; in-sample MAPE "
         f"{np.mean(np.abs(np.expm1(err))) * 100:.1f}%"
     )
     groups = defaultdict(list)
     for c in cases:
         groups[_group(c)].append(c)
-    print(f"\n{'held-out source':60} {'n':>3} {'fit (sf, oc)':>14} {'MAPE %':>7}")
+    print(f"\n{'held-out source':60} {'n':>3} {'fit (sf, oc, op_us)':>21} {'MAPE %':>7}")
     all_cv = []
     for name, held in groups.items():
         rest = [c for c in cases if _group(c) != name]
         xg = fit(rest, x)
         e = np.abs(np.expm1(_log_errors(held, xg))) * 100
         all_cv.extend(e)
-        print(f"{name:60} {len(held):3d} {xg[0]:6.3f},{xg[1]:6.3f} {np.mean(e):7.1f}")
+        print(f"{name:60} {len(held):3d} {xg[0]:6.3f},{xg[1]:6.3f},{xg[2]:6.1f} {np.mean(e):7.1f}")
     print(
         f"\nleave-one-source-out MAPE over all cases: {np.mean(all_cv):.1f}% "
         f"(median {np.median(all_cv):.1f}%)"
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
             {
                 "sustained_fraction": round(float(x[0]), 4),
                 "overlap_contention": round(float(x[1]), 4),
+                "host_op_us": round(float(x[2]), 2),
                 "fitted_on": str(path.name),
                 "n_cases": len(cases),
             },

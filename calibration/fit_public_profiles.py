@@ -17,8 +17,8 @@ their sources so the fit is reproducible from this repository alone. No validati
   NIC efficiency 47/50 from the NVIDIA maintainer's "46-48 GB/s per NDR NIC" (nccl-tests #290);
   hierarchical overlap fitted to the 4-node B200 all-reduce (4 GiB: 22.05 ms, 1 node 740.64
   GB/s busbw); NCCL base latency 8.4 us (tuning.cc baseLat Ring/Simple).
-* In-training parameters (sustained_fraction, overlap_contention): the two global numbers
-  fitted by calibration/fit_global.py on the public validation set (see docs/validation.md).
+* In-training parameters (sustained_fraction, overlap_contention, host op_us): the three
+  global numbers fitted by calibration/fit_global.py on the public validation set (see docs/validation.md).
 * Memory-bound kernels: 0.85 of HBM peak, the low end of the 85-92% streaming ceiling noted in
   hardware.md B8 (weakly sourced; replaced by measurement in `planner calibrate`).
 """
@@ -37,6 +37,7 @@ from planner.profile import (
     CalibrationProfile,
     CommEfficiency,
     GemmEfficiency,
+    HostOverhead,
     MemoryEfficiency,
 )
 from planner.specs.loading import ACCELERATORS_DIR, load_accelerator, shipped_ids
@@ -193,6 +194,7 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
             hierarchical_overlap=round(overlap, 4),
             overlap_contention=glob["overlap_contention"],
         ),
+        host=HostOverhead(op_us=glob["host_op_us"]),
         sources=[
             "GEMM: stas00/ml-engineering compute/accelerator/README.md MAMF tables",
             "attention: FlashAttention-2 (arXiv 2307.08691) Figs. 4-6; FlashAttention-3 "
@@ -216,8 +218,9 @@ def global_params() -> dict[str, float]:
         return {
             "sustained_fraction": data["sustained_fraction"],
             "overlap_contention": data["overlap_contention"],
+            "host_op_us": data.get("host_op_us", 0.0),
         }
-    return {"sustained_fraction": 1.0, "overlap_contention": 0.0}
+    return {"sustained_fraction": 1.0, "overlap_contention": 0.0, "host_op_us": 0.0}
 
 
 def main() -> None:

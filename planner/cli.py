@@ -73,6 +73,12 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    p.add_argument(
+        "--recompute-modules",
+        default=None,
+        help="with --recompute selective: comma-separated submodules to recompute (core_attn, "
+        "mla_up_proj, moe_act, mlp, layernorm, moe, shared_experts); default core_attn",
+    )
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallel")
     p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16")
@@ -210,6 +216,13 @@ def _layout_from_flags(args: argparse.Namespace) -> planner.Layout:
     )
 
 
+def _modules(text: str | None) -> tuple[str, ...] | None:
+    """--recompute-modules a,b -> ("a", "b"); None when the flag is absent."""
+    if text is None:
+        return None
+    return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
 def _training_from_flags(args: argparse.Namespace) -> planner.Training:
     """The Training described by the training flags; --global-batch is required."""
     if args.global_batch is None:
@@ -225,6 +238,7 @@ def _training_from_flags(args: argparse.Namespace) -> planner.Training:
         global_batch=args.global_batch,
         micro_batch=args.micro_batch,
         recompute=args.recompute,
+        recompute_modules=_modules(args.recompute_modules),
         precision=args.precision,
         attention_kernel=args.attention_kernel,
         dropout=args.dropout,

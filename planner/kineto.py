@@ -466,8 +466,8 @@ ROWS = (
     RowSpec(
         "idle",
         ("idle",),
-        ("pipeline_bubble",),
-        "device idle: pipeline bubble, but also launch gaps, host overhead, data loading",
+        ("pipeline_bubble", "host_overhead"),
+        "device idle: pipeline bubble and waiting for the host, but also data loading",
     ),
     RowSpec(
         "other (memcpy, other collectives, unclassified)",

@@ -89,6 +89,24 @@ class CommEfficiency(_Frozen):
     )
 
 
+class HostOverhead(_Frozen):
+    """Host (CPU) side of eager training: the time the framework takes to issue one op.
+
+    Eager PyTorch frameworks issue every kernel from Python (module code, autograd, dispatcher,
+    launch). While the host stays ahead of the GPU this costs nothing; where it cannot (many
+    small kernels, or a device-to-host sync that empties the launch queue, as dropless MoE
+    dispatch does once per layer) the GPU waits. ``planner.costs.host`` counts the ops.
+    """
+
+    op_us: float = Field(
+        default=0.0,
+        ge=0,
+        le=1000,
+        description="host time to issue one framework op (Python, autograd, dispatcher, "
+        "launch), us; 0 disables the host model; fitted globally by calibration/fit_global.py",
+    )
+
+
 class CollectiveFit(_Frozen):
     """A measured collective as alpha-beta: time = latency + factor(n) x bytes / busbw."""
 
@@ -125,6 +143,7 @@ class CalibrationProfile(_Frozen):
     )
     memory: MemoryEfficiency
     comm: CommEfficiency
+    host: HostOverhead = Field(default_factory=HostOverhead)
     collectives: list[CollectiveFit] = Field(
         default_factory=list, description="measured alpha-beta fits; used inside one domain"
     )

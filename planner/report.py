@@ -22,6 +22,7 @@ TIME_CATEGORIES = (
     "ep_comm",
     "pp_comm",
     "dp_comm",
+    "host_overhead",
     "pipeline_bubble",
     "optimizer",
 )

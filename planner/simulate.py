@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.costs import comms, compute, elementwise, flops, memory, pipeline
+from planner.costs import comms, compute, elementwise, flops, host, memory, pipeline, recompute
 from planner.legality import check_layout
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
@@ -31,8 +31,10 @@ class _Layer:
     cp: float
     ep: float
     recompute: float
+    host: float  # GPU idle waiting for the host to issue this layer's ops
     fwd: float  # all forward seconds (for overlap windows)
     bwd: float
+    recompute_flops: float = 0.0  # hardware FLOPs re-run by selective recompute
 
 
 def moe_imbalance(model: ModelSpec) -> float:
@@ -135,15 +137,44 @@ def _layer_costs(
         )
 
     fwd = g_f + a_f + e_f + tp_f + cp_f + ep_f
-    if training.recompute == "full":
-        recompute = fwd
-    elif training.recompute == "selective":
-        recompute = a_f  # core attention forward is re-run (Korthikanti et al. 2022, sec. 5)
-    else:
-        recompute = 0.0
     bwd = g_b + a_b + e_b + tp_b + cp_b + ep_b
+
+    # host: the GPU waits where issuing the layer's ops takes longer than running them
+    collectives = (2.0 * blocks if layout.tp > 1 else 0.0) + (
+        layout.cp - 1.0 if attention and layout.cp > 1 else 0.0
+    )
+    ops_f = host.forward_ops(
+        lf.gemms,
+        ew.fwd_kernels,
+        training.precision == "fp8",
+        collectives,
+        is_moe,
+        layout.ep,
+    )
+    host_f = host.stall_s(fwd, ops_f, dev.host_op_s)
+    host_b = host.stall_s(bwd, host.BACKWARD_OP_FACTOR * ops_f, dev.host_op_s)
+    fwd += host_f
+    bwd += host_b
+    recompute_s = recompute_flops = 0.0
+    if training.recompute == "full":
+        recompute_s = fwd
+    elif training.recompute == "selective":
+        act = (ew.mlp_act_bytes, 0.0) if is_moe else (0.0, ew.mlp_act_bytes)
+        rc = recompute.selective(training.selective_modules, lf.gemms, dev, a_f, ew, act, ep_f)
+        recompute_s = rc.seconds
+        recompute_flops = rc.gemm_flops
     return _Layer(
-        g_f + g_b, a_f + a_b, e_f + e_b, tp_f + tp_b, cp_f + cp_b, ep_f + ep_b, recompute, fwd, bwd
+        g_f + g_b,
+        a_f + a_b,
+        e_f + e_b,
+        tp_f + tp_b,
+        cp_f + cp_b,
+        ep_f + ep_b,
+        recompute_s,
+        host_f + host_b,
+        fwd,
+        bwd,
+        recompute_flops,
     )
 
 
@@ -161,7 +192,7 @@ def _layer_params_per_gpu(
     return (total - experts - router) / layout.tp + router, experts / (layout.ep * layout.expert_tp)
 
 
-_LAYER_KEYS = ("gemm", "attention", "memory_bound", "recompute", "tp", "cp", "ep")
+_LAYER_KEYS = ("gemm", "attention", "memory_bound", "recompute", "tp", "cp", "ep", "host")
 
 
 def _mean(costs: list[tuple[_Layer, float]]) -> dict[str, float]:
@@ -255,6 +286,7 @@ def simulate_step(
             "ep_comm": n * last.ep,
             "cp_comm": n * last.cp,
             "recompute": n * last.recompute,
+            "host_overhead": n * last.host,
         }
     emb_s = 3.0 * tokens * model.hidden * training.act_bytes / dev.hbm_bytes_per_s
 
@@ -351,6 +383,7 @@ def simulate_step(
             "ep_comm": n_layers * per_layer["ep"],
             "pp_comm": pp_s,
             "dp_comm": dp_per_mb,
+            "host_overhead": n_layers * per_layer["host"],
         }
         for key, value in edge.items():
             cats[key] += value
@@ -412,7 +445,11 @@ def simulate_step(
     if training.recompute == "full":
         recompute_per_tok = (mf_tok - per_tok_attn_saving) / 3.0
     elif training.recompute == "selective":
-        recompute_per_tok = core_hw
+        if "core_attn" in training.selective_modules:
+            recompute_per_tok = core_hw
+        recompute_per_tok += (
+            sum(c.recompute_flops * w for c, w in costs) * model.layers / per_gpu_tokens
+        )
     hfu = 100.0 * (mf_tok - per_tok_attn_saving + recompute_per_tok) * tps / (gpus * peak)
 
     # ---- memory ---------------------------------------------------------------------------

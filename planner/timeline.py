@@ -62,6 +62,7 @@ FORWARD_SHARE = {
     "cp_comm": 1.0 / 3.0,
     "ep_comm": 0.5,
     "pp_comm": 0.5,
+    "host_overhead": 1.0 / 3.0,
 }
 PER_MICROBATCH = tuple(FORWARD_SHARE)
 ROUNDING = 1e-12  # relative: shorter idle than this is float rounding, not a bubble
@@ -272,6 +273,7 @@ def _op_segments(
             ("tp_comm", "tp_comm", _tp_name(layout)),
             ("ep_comm", "ep_comm", "all-to-all ep (dispatch + combine)"),
             ("compute", "compute_logits_loss", "logits + loss"),
+            ("compute", "host_overhead", "waiting for the host (launch-bound)"),
         ]
     else:
         dp_name = (
@@ -288,6 +290,7 @@ def _op_segments(
             ("cp_comm", "cp_comm", "ring send/recv K,V,dK,dV cp (exposed)"),
             ("compute", "compute_gemm", "gemm backward"),
             ("compute", "compute_memory_bound", "memory-bound backward"),
+            ("compute", "host_overhead", "waiting for the host (launch-bound) backward"),
             ("dp_comm", "dp_comm", dp_name),
         ]
     return [_Segment(t, c, n, share(c)) for t, c, n in plan if share(c) > 0.0]

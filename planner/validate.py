@@ -103,6 +103,32 @@ def framework_kernels(framework: str, source: str) -> dict[str, Any]:
     return {"attention_kernel": "fused"}
 
 
+# "with MTP" / "w/ MTP" in a case's notes or id: the run trained multi-token prediction modules
+_MTP_STATED = re.compile(r"\b(?:with|w/)\s*MTP\b|_mtp\b", re.IGNORECASE)
+
+
+def framework_recompute(framework: str, model: ModelSpec, recompute: str) -> dict[str, Any]:
+    """The submodules a framework's performance recipes recompute under ``selective``.
+
+    Megatron-Core's default module is ``core_attn``. The Megatron-Bridge DeepSeek-V3 performance
+    presets (scripts/performance/configs/deepseek/*workload_base_configs.py) recompute the MLA
+    up-projection (``recompute_modules=["mla_up_proj"]``, with ``mlp`` on some systems), which
+    replaces core attention in that list.
+    """
+    fw = framework.lower()
+    if recompute == "selective" and model.mla is not None and ("nemo" in fw or "bridge" in fw):
+        return {"recompute_modules": ("mla_up_proj",)}
+    return {}
+
+
+def stated_mtp_layers(case: Case) -> int:
+    """Multi-token-prediction depth a case states in its notes or id (schema v1 has no field):
+    1 (DeepSeek-V3's depth) where the run is said to train "with MTP", else the model's own."""
+    if case.model.mtp_layers:
+        return case.model.mtp_layers
+    return 1 if _MTP_STATED.search(f"{case.id} {case.notes}") else 0
+
+
 def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[str]]:
     """Specs for one case, and the assumptions made where the case is silent."""
     notes = []
@@ -131,14 +157,24 @@ def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[
         recompute=t.recompute,
         precision=t.precision,
         **framework_kernels(case.framework, case.source),
+        **framework_recompute(case.framework, case.model, t.recompute),
     )
+    if training.recompute_modules:
+        notes.append(
+            "selective recompute of " + ", ".join(training.recompute_modules) + " (recipe default)"
+        )
+    model = case.model
+    mtp = stated_mtp_layers(case)
+    if mtp != model.mtp_layers:
+        model = model.model_copy(update={"mtp_layers": mtp})
+        notes.append(f"mtp_layers: {mtp} (the case says the run trained with MTP)")
     if layout.world_size != case.num_gpus:
         raise PlannerError(
             "layout",
             f"tp*cp*dp*pp = {layout.world_size} but num_gpus = {case.num_gpus}",
             "factors whose product equals num_gpus",
         )
-    return case.model, cl, layout, training, notes
+    return model, cl, layout, training, notes
 
 
 def run_case(raw: Any, profile_for: Any) -> dict:

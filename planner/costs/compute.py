@@ -33,6 +33,7 @@ class Device:
     attn_seq_half: float
     gemm_in_bytes: float  # bytes per GEMM input element (1 for fp8)
     act_bytes: float  # bytes per activation / GEMM output element
+    host_op_s: float = 0.0  # host time to issue one framework op (0: host never binds)
 
 
 def make_device(
@@ -68,6 +69,7 @@ def make_device(
         attn_seq_half=attn.seq_half,
         gemm_in_bytes={"fp8": 1.0, "fp32": 4.0}.get(precision, 2.0),
         act_bytes=4.0 if precision == "fp32" else 2.0,
+        host_op_s=profile.host.op_us * 1e-6,
     )
 
 

@@ -26,6 +26,7 @@ class ElementwiseWork:
     fwd_bytes: float  # everything but the norms
     fwd_kernels: float
     norm_bytes: float = 0.0  # the two norms (LayerNorm or RMSNorm)
+    mlp_act_bytes: float = 0.0  # the MLP activation function's share of fwd_bytes
 
 
 def layer_elementwise(
@@ -81,7 +82,9 @@ def layer_elementwise(
         cast_bytes = sum(g.m * g.k * g.count for g in gemms if g.name != "router")
         cast_bytes *= FP8_CAST_BYTES_PER_ELEMENT
         kernels += len(gemms)
-    return ElementwiseWork(hidden_bytes + mlp_bytes + rope_bytes + cast_bytes, kernels, norm_bytes)
+    return ElementwiseWork(
+        hidden_bytes + mlp_bytes + rope_bytes + cast_bytes, kernels, norm_bytes, mlp_bytes
+    )
 
 
 def logits_loss_bytes(

@@ -88,8 +88,11 @@ def layer_activation_bytes(
         return 2.0 * tok * h / seq_split * scale
     has_mlp = mlp_spec.kind != "none"
     n_blocks = 2 if has_mlp else 1
-    # replicated (outside the TP region): norm inputs, mixer and MLP inputs, dropout masks
-    replicated = n_blocks * (2 * tok * h + gin * tok * h + (tok * h if dropout else 0))
+    modules = set(training.selective_modules)
+    # replicated (outside the TP region): norm inputs, mixer and MLP inputs, dropout masks;
+    # layernorm recompute discards the norm outputs (the block inputs) and re-runs the norms
+    block_in = 0.0 if "layernorm" in modules else gin * tok * h
+    replicated = n_blocks * (2 * tok * h + block_in + (tok * h if dropout else 0))
     attention = isinstance(mixer, AttentionMixer)
     # inside the TP region
     if not attention:
@@ -97,27 +100,36 @@ def layer_activation_bytes(
     elif model.mla:
         m = model.mla
         qkv = 2 * tok * model.heads * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
+        if "mla_up_proj" in modules:
+            qkv = 0.0  # up-projected q, k, v discarded, re-run from the latents in backward
         replicated += 2 * tok * (m.kv_lora_rank + (m.q_lora_rank or 0))
     else:
         qkv = 2 * tok * (model.q_dim + 2 * model.kv_dim)
     attn_out = gin * tok * model.v_dim if attention else 0.0
     if isinstance(mlp_spec, MoEMLP) and model.moe is not None:
         routed = tok * model.moe.top_k
-        mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden, gin) + gin * routed * h
-        if model.moe.shared_experts:
+        act_out = "moe_act" not in modules  # moe_act: the activation output is re-run
+        mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden, gin, act_out)
+        mlp += gin * routed * h
+        if model.moe.shared_experts and "shared_experts" not in modules:
             width = model.moe.shared_experts * (
                 model.moe.shared_expert_ffn_hidden or model.moe.expert_ffn_hidden
             )
             mlp += _mlp_bytes(model, tok, width, gin)
-        replicated += tok * model.moe.experts * 4  # router logits/probabilities (fp32)
+        if "moe" in modules:
+            mlp = 0.0  # the whole MoE block is checkpointed: only its input is kept
+        else:
+            replicated += tok * model.moe.experts * 4  # router logits/probabilities (fp32)
     elif isinstance(mlp_spec, DenseMLP):
         mlp = _mlp_bytes(model, tok, mlp_spec.ffn_hidden or model.ffn_hidden, gin)
+        if "mlp" in modules:
+            mlp = 0.0  # the dense MLP is checkpointed: only its input is kept
     else:
         mlp = 0.0
     core = 0.0
     if not attention:
         pass
-    elif training.recompute != "selective" and not flash_attention:
+    elif "core_attn" not in modules and not flash_attention:
         ctx = min(s, mixer.window or s)
         core = (
             (5.0 if dropout else 2.0) * model.heads * s * ctx * b
@@ -128,11 +140,15 @@ def layer_activation_bytes(
     return (replicated / seq_split + sharded / t) * scale
 
 
-def _mlp_bytes(model: ModelSpec, tokens: float, ffn: int, gin: float = 2.0) -> float:
-    """fc1 output(s) kept for the activation (2 B) and the fc2 input (``gin`` B) per element."""
+def _mlp_bytes(
+    model: ModelSpec, tokens: float, ffn: int, gin: float = 2.0, act_out: bool = True
+) -> float:
+    """fc1 output(s) kept for the activation (2 B) and the fc2 input (``gin`` B) per element;
+    ``act_out=False``: the activation output is recomputed (Megatron ``moe_act``)."""
+    fc2_in = gin if act_out else 0.0
     if model.gated:
-        return tokens * ffn * (2 * 2 + gin)  # gate, up, and their product (fc2 input)
-    return tokens * ffn * (2 + gin)  # activation input and output (fc2 input)
+        return tokens * ffn * (2 * 2 + fc2_in)  # gate, up, and their product (fc2 input)
+    return tokens * ffn * (2 + fc2_in)  # activation input and output (fc2 input)
 
 
 def layers_in_flight(

@@ -55,6 +55,7 @@ TRAINING_FIELDS = (
     "global_batch",
     "micro_batch",
     "recompute",
+    "recompute_modules",
     "precision",
     "attention_kernel",
     "dropout",
@@ -153,6 +154,8 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
         lines.append("--sequence-parallel")
     if training.recompute == "selective":
         lines.append("--recompute-granularity selective")
+        if training.recompute_modules is not None:
+            lines.append("--recompute-modules " + " ".join(training.recompute_modules))
     elif training.recompute == "full":
         lines += [
             "--recompute-granularity full",

@@ -15,6 +15,11 @@ TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
 Schedule = Literal["1f1b", "interleaved"]
 AttentionKernel = Literal["fused", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
+# Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
+RecomputeModule = Literal[
+    "core_attn", "mla_up_proj", "moe_act", "mlp", "layernorm", "moe", "shared_experts"
+]
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 
 
 class _Frozen(BaseModel):
@@ -76,6 +81,12 @@ class Training(_Frozen):
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch per DP rank")
     recompute: Recompute = "none"
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None,
+        description="with recompute: selective, the submodules re-run in backward (Megatron-Core "
+        "--recompute-modules): core_attn, mla_up_proj, moe_act, mlp, layernorm, moe, "
+        "shared_experts; None: core_attn (Korthikanti et al. 2022)",
+    )
     precision: TrainPrecision = "bf16"
     attention_kernel: AttentionKernel = Field(
         default="fused",
@@ -86,6 +97,24 @@ class Training(_Frozen):
     grad_reduce_dtype: GradDtype = Field(
         default="fp32", description="dtype of the gradient buffer and its DP reduction"
     )
+
+    @model_validator(mode="after")
+    def _modules_need_selective(self) -> Training:
+        if self.recompute_modules is not None and self.recompute != "selective":
+            raise ValueError(
+                f"recompute_modules is set but recompute is {self.recompute!r}; "
+                "recompute_modules applies to recompute: selective"
+            )
+        return self
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """Submodules recomputed in backward: empty unless recompute is selective."""
+        if self.recompute != "selective":
+            return ()
+        if self.recompute_modules is None:
+            return DEFAULT_RECOMPUTE_MODULES
+        return tuple(self.recompute_modules)
 
     @property
     def act_bytes(self) -> int:

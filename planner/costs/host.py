@@ -1,0 +1,64 @@
+"""Host (CPU) issue time of one layer, and the GPU time lost when the host falls behind.
+
+Eager frameworks (Megatron-LM, NeMo, torchtitan without CUDA graphs) issue every kernel from
+Python: module code, autograd, the PyTorch dispatcher and the CUDA launch. The host normally runs
+ahead of the GPU and this costs nothing; when issuing a layer's ops takes longer than the GPU
+takes to run them, the GPU idles for the difference (the "host overhead wall" of the
+Megatron-Core MoE report, arXiv 2603.07685, section on compute efficiency).
+
+Dropless MoE makes the host matter: the token dispatcher copies the per-expert token counts to
+the host once per MoE layer (to size the all-to-all and the grouped GEMM), which drains the
+launch queue, and the grouped GEMM issues one GEMM (and, in FP8, one quantisation) per local
+expert. Megatron-Bridge's own tables show it: Qwen3-30B-A3B on 8 B200 runs 18,066 tokens/s/GPU
+with static (token-drop) shapes in 25.09 and 9,299 dropless in 25.11 at micro-batch 1, while
+dropless GB200 at micro-batch 4 reaches 23,766 (docs/performance-summary-archive.md): a fixed
+per-layer cost that larger micro-batches amortise.
+
+The op counts below are estimates of what one layer issues, not measurements; the per-op host
+time (``CalibrationProfile.host.op_us``) is one global number fitted by
+``calibration/fit_global.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from planner.costs.flops import Gemm
+
+# Router (logits, softmax or sigmoid, top-k, probability scatter), auxiliary load-balancing
+# loss (a handful of reductions), dispatcher metadata (per-expert counts, the device-to-host copy,
+# split sizes), permute / unpermute and the chunk sort between them: an estimate from the steps
+# Megatron-Core's top-k router and all-to-all dispatcher take.
+MOE_ROUTING_OPS = 24.0
+# Dispatch and combine all-to-all (and their split-size exchange) when EP > 1.
+MOE_EP_OPS = 4.0
+# Backward issues about twice the forward's ops: data and weight gradient per GEMM, and the
+# gradient of every elementwise op.
+BACKWARD_OP_FACTOR = 2.0
+
+
+def forward_ops(
+    gemms: Iterable[Gemm],
+    elementwise_kernels: float,
+    fp8: bool,
+    collectives: float,
+    moe: bool,
+    ep: int,
+) -> float:
+    """Ops one layer's forward issues on the host for one micro-batch.
+
+    Every GEMM launch counts once (a grouped expert GEMM once per local expert, plus one FP8
+    quantisation per expert GEMM input), as do the layer's memory-bound kernels, the token-mixer
+    core, and each collective.
+    """
+    gemm_launches = sum(g.count for g in gemms)
+    casts = sum(g.count - 1.0 for g in gemms if fp8 and g.name != "router")
+    ops = gemm_launches + casts + elementwise_kernels + 1.0 + collectives
+    if moe:
+        ops += MOE_ROUTING_OPS + (MOE_EP_OPS if ep > 1 else 0.0)
+    return ops
+
+
+def stall_s(gpu_s: float, ops: float, op_s: float) -> float:
+    """Seconds the GPU waits for the host: issue time beyond the GPU's own time."""
+    return max(0.0, ops * op_s - gpu_s)

@@ -1,0 +1,274 @@
+"""Host-bound MoE layers, selective recompute modules, and what validation reads from a case."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+import planner
+from planner.costs import host, memory
+from planner.costs.flops import Gemm
+from planner.errors import PlannerError
+from planner.specs.layout import Layout, Training
+from planner.validate import Case, case_inputs, framework_recompute, stated_mtp_layers
+
+
+def _with_host(profile: planner.CalibrationProfile, op_us: float) -> planner.CalibrationProfile:
+    return profile.model_copy(update={"host": profile.host.model_copy(update={"op_us": op_us})})
+
+
+@pytest.fixture(scope="module")
+def b200():
+    return planner.load_cluster("dgx-b200")
+
+
+@pytest.fixture(scope="module")
+def qwen30():
+    return planner.load_model("qwen3-30b-a3b")
+
+
+def _qwen_run(mb: int) -> tuple[Layout, Training]:
+    return (
+        Layout(dp=8, ep=8),
+        Training(seq_len=4096, global_batch=512, micro_batch=mb, precision="fp8"),
+    )
+
+
+# ---------------------------------------------------------------------------- host op counts
+
+
+def test_grouped_gemm_issues_one_launch_and_one_cast_per_local_expert():
+    dense = (Gemm("qkv", 4096, 1024, 1024), Gemm("attn_out", 4096, 1024, 1024))
+    grouped = (*dense, Gemm("expert_fc1", 256, 512, 1024, 16.0))
+    base = host.forward_ops(dense, 10.0, True, 0.0, False, 1)
+    more = host.forward_ops(grouped, 10.0, True, 0.0, False, 1)
+    # 16 GEMM launches; 15 extra FP8 casts beyond the one per entry the kernel count holds
+    assert more - base == pytest.approx(16 + 15)
+    assert host.forward_ops(grouped, 10.0, False, 0.0, False, 1) - base == pytest.approx(16)
+
+
+def test_moe_routing_and_dispatch_ops_counted_once_per_layer():
+    g = (Gemm("qkv", 1, 1, 1),)
+    plain = host.forward_ops(g, 0.0, False, 0.0, False, 8)
+    assert host.forward_ops(g, 0.0, False, 0.0, True, 1) - plain == host.MOE_ROUTING_OPS
+    assert (
+        host.forward_ops(g, 0.0, False, 0.0, True, 8) - plain
+        == host.MOE_ROUTING_OPS + host.MOE_EP_OPS
+    )
+
+
+def test_stall_is_issue_time_beyond_gpu_time():
+    assert host.stall_s(1e-3, 10, 50e-6) == 0.0
+    assert host.stall_s(1e-4, 10, 50e-6) == pytest.approx(4e-4)
+
+
+# ------------------------------------------------------------------------ simulator effect
+
+
+def test_host_overhead_off_by_default_in_a_zero_profile(b200, qwen30):
+    layout, training = _qwen_run(1)
+    prof = _with_host(planner.default_profile(b200), 0.0)
+    rep = planner.simulate(qwen30, b200, layout, training, prof)
+    assert rep.time_breakdown_s["host_overhead"] == 0.0
+
+
+def test_small_micro_batch_moe_is_host_bound_and_larger_batches_amortise_it(b200, qwen30):
+    prof = _with_host(planner.default_profile(b200), 40.0)
+    shares = []
+    for mb in (1, 4):
+        layout, training = _qwen_run(mb)
+        rep = planner.simulate(qwen30, b200, layout, training, prof)
+        shares.append(rep.time_breakdown_s["host_overhead"] / rep.step_time_s)
+    assert shares[0] > 0.2
+    assert shares[1] < shares[0] / 2
+
+
+def test_host_overhead_slows_the_step_by_exactly_its_category(b200, qwen30):
+    layout, training = _qwen_run(1)
+    base = planner.simulate(
+        qwen30, b200, layout, training, _with_host(planner.default_profile(b200), 0.0)
+    )
+    slow = planner.simulate(
+        qwen30, b200, layout, training, _with_host(planner.default_profile(b200), 40.0)
+    )
+    extra = slow.step_time_s - base.step_time_s
+    assert extra > 0
+    assert slow.time_breakdown_s["host_overhead"] == pytest.approx(extra, rel=0.05)
+
+
+def test_large_dense_layers_never_wait_for_the_host(h100, llama70b):
+    prof = _with_host(planner.default_profile(h100), 40.0)
+    layout = Layout(tp=8, pp=4, dp=2, sequence_parallel=True)
+    training = Training(seq_len=8192, global_batch=64, micro_batch=1)
+    rep = planner.simulate(llama70b, h100, layout, training, prof)
+    assert rep.time_breakdown_s["host_overhead"] == 0.0
+
+
+# ------------------------------------------------------------------ selective recompute modules
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    return planner.load_model("deepseek-v3")
+
+
+def _act(model, layer, **training_kw):
+    layout = Layout(pp=16, dp=16, ep=8)
+    training = Training(seq_len=4096, global_batch=2048, **training_kw)
+    return memory.layer_activation_bytes(model, layout, training, layer)
+
+
+def test_default_selective_is_core_attention(deepseek):
+    layer = deepseek.layer_kinds()[-1][0]
+    assert _act(deepseek, layer, recompute="selective") == _act(
+        deepseek, layer, recompute="selective", recompute_modules=("core_attn",)
+    )
+
+
+def test_mla_up_projection_recompute_drops_the_up_projected_heads(deepseek):
+    layer = deepseek.layer_kinds()[-1][0]
+    m = deepseek.mla
+    keep = _act(deepseek, layer, recompute="selective", recompute_modules=("core_attn",))
+    drop = _act(deepseek, layer, recompute="selective", recompute_modules=("mla_up_proj",))
+    heads_bytes = (
+        2 * 4096 * deepseek.heads * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
+    )
+    assert keep - drop == pytest.approx(heads_bytes)
+
+
+def test_moe_act_and_moe_recompute_shrink_the_expert_activations(deepseek):
+    layer = deepseek.layer_kinds()[-1][0]
+    base = _act(deepseek, layer, recompute="selective", recompute_modules=("core_attn",))
+    act = _act(deepseek, layer, recompute="selective", recompute_modules=("core_attn", "moe_act"))
+    whole = _act(deepseek, layer, recompute="selective", recompute_modules=("core_attn", "moe"))
+    routed = 4096 * deepseek.moe.top_k * deepseek.moe.expert_ffn_hidden * 2  # bf16 fc2 input
+    assert base - act == pytest.approx(routed)
+    assert whole < act
+
+
+def test_recompute_modules_cost_backward_time(b200, deepseek):
+    layout = Layout(pp=16, dp=16, ep=8)
+    prof = planner.default_profile(b200)
+
+    def run(modules):
+        tr = Training(
+            seq_len=4096,
+            global_batch=2048,
+            recompute="selective",
+            recompute_modules=modules,
+            precision="fp8",
+        )
+        return planner.simulate(deepseek, b200, layout, tr, prof)
+
+    attn = run(("core_attn",))
+    more = run(("core_attn", "mla_up_proj", "moe_act"))
+    assert more.time_breakdown_s["recompute"] > attn.time_breakdown_s["recompute"]
+    assert more.peak_memory_gib < attn.peak_memory_gib
+    assert more.hfu_pct > attn.hfu_pct * more.tokens_per_s / attn.tokens_per_s
+
+
+def test_recompute_modules_need_selective():
+    with pytest.raises(ValidationError, match="recompute: selective"):
+        Training(seq_len=8, global_batch=1, recompute="full", recompute_modules=("moe_act",))
+    with pytest.raises(ValidationError):
+        Training(seq_len=8, global_batch=1, recompute="selective", recompute_modules=("attn",))
+
+
+def test_cli_rejects_unknown_recompute_module(capsys):
+    from planner.cli import main
+
+    rc = main(
+        [
+            "simulate",
+            "--model",
+            "llama3.1-8b",
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--recompute",
+            "selective",
+            "--recompute-modules",
+            "core_attn,attn",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert "recompute_modules" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------- what validation reads
+
+
+def _case(**over) -> Case:
+    raw = {
+        "id": "x",
+        "source": "test, 2025",
+        "quality": "partial",
+        "model": planner.load_model("deepseek-v3").model_dump(
+            include={
+                "name",
+                "layers",
+                "hidden",
+                "ffn_hidden",
+                "activation",
+                "heads",
+                "kv_heads",
+                "head_dim",
+                "vocab",
+                "tied_embeddings",
+                "moe",
+                "mla",
+            }
+        ),
+        "cluster": "dgx-b200",
+        "num_gpus": 256,
+        "framework": "megatron-bridge",
+        "layout": {"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1},
+        "training": {"seq_len": 4096, "global_batch": 2048, "micro_batch": 1},
+        "measured": {"tokens_per_s_per_gpu": 1000.0},
+    }
+    raw.update(over)
+    return Case.model_validate(raw)
+
+
+@pytest.mark.parametrize(
+    ("case_id", "notes", "mtp"),
+    [
+        ("ds_b200", "source case notes: DeepSeek-V3 with MTP", 1),
+        ("ds_b200", "DeepSeekV3 (w/ MTP) row", 1),
+        ("ds_b200_mtp", "", 1),
+        ("ds_gb200", "source case notes: DeepSeek-V3 without MTP.", 0),
+        ("ds_gb200", "the 1-depth MTP module is not representable in schema v1", 0),
+    ],
+)
+def test_mtp_read_from_what_the_case_states(case_id, notes, mtp):
+    case = _case(id=case_id, notes=notes)
+    assert stated_mtp_layers(case) == mtp
+    model = case_inputs(case)[0]
+    assert model.mtp_layers == mtp
+
+
+def test_bridge_mla_selective_recomputes_the_up_projection():
+    ds = planner.load_model("deepseek-v3")
+    assert framework_recompute("megatron-bridge", ds, "selective") == {
+        "recompute_modules": ("mla_up_proj",)
+    }
+    assert framework_recompute("megatron-lm", ds, "selective") == {}
+    assert framework_recompute("megatron-bridge", ds, "full") == {}
+    llama = planner.load_model("llama3.1-8b")
+    assert framework_recompute("nemo", llama, "selective") == {}
+
+
+def test_case_recompute_modules_reach_training():
+    case = _case(training={"seq_len": 4096, "global_batch": 2048, "recompute": "selective"})
+    training, notes = case_inputs(case)[3], case_inputs(case)[4]
+    assert training.recompute_modules == ("mla_up_proj",)
+    assert any("mla_up_proj" in n for n in notes)
+
+
+def test_planner_error_names_layout_for_bad_world_size():
+    with pytest.raises(PlannerError, match="num_gpus"):
+        case_inputs(_case(num_gpus=128))
