@@ -82,7 +82,9 @@ def _layer_costs(
             tokens, training.seq_len, model.heads / layout.tp, d_qk, d_v, training.dropout, dev
         )
     else:
-        a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev)
+        a_f, a_b = compute.attention_time_s(
+            lf.attention_fwd_flops, training.seq_len, dev, head_dim=flops.attention_head_dim(model)
+        )
     ew = elementwise.layer_elementwise(
         model,
         layout,

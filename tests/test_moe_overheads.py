@@ -272,3 +272,26 @@ def test_case_recompute_modules_reach_training():
 def test_planner_error_names_layout_for_bad_world_size():
     with pytest.raises(PlannerError, match="num_gpus"):
         case_inputs(_case(num_gpus=128))
+
+
+# ------------------------------------------------------------------ attention head dimension
+
+
+def test_head_dim_factor_is_one_at_128_and_lower_for_small_heads():
+    from planner.costs import compute
+
+    fwd, bwd = compute.ATTN_DIM_HALF["fused"]
+    assert compute.head_dim_factor(128, fwd) == pytest.approx(1.0)
+    # FlashAttention-3 on H100: d=64 runs at 0.77 (fwd) and 0.85 (bwd) of d=128
+    assert compute.head_dim_factor(64, fwd) == pytest.approx(473 / 616, abs=0.01)
+    assert compute.head_dim_factor(64, bwd) == pytest.approx(474 / 561, abs=0.01)
+    assert compute.head_dim_factor(1024, fwd) == compute.ATTN_DIM_FACTOR_MAX
+    assert compute.head_dim_factor(64, 0.0) == 1.0
+
+
+def test_small_heads_make_attention_slower_per_flop(h100):
+    prof = planner.default_profile(h100)
+    dev = planner.costs.compute.make_device(h100.accelerator, prof, "bf16")
+    f128 = planner.costs.compute.attention_time_s(1e12, 4096, dev, head_dim=128)
+    f64 = planner.costs.compute.attention_time_s(1e12, 4096, dev, head_dim=64)
+    assert f64[0] > f128[0] and f64[1] > f128[1]

@@ -31,9 +31,22 @@ class Device:
     attn_eta_fwd: float
     attn_eta_bwd: float
     attn_seq_half: float
+    attn_dim_half_fwd: float  # head-dimension saturation of the fused kernel (see below)
+    attn_dim_half_bwd: float
     gemm_in_bytes: float  # bytes per GEMM input element (1 for fp8)
     act_bytes: float  # bytes per activation / GEMM output element
     host_op_s: float = 0.0  # host time to issue one framework op (0: host never binds)
+
+
+# Fused attention throughput grows with the head dimension d (more work per loaded tile):
+# eta(d) ~ d / (d + d_half), normalised to d = 128 where the profile's curve is fitted.
+# FlashAttention-3 on H100 at 16k (arXiv 2407.08608, shared/reference/hardware.md B7): causal fwd
+# 473 TFLOP/s at d=64 vs 616 at d=128 (0.77), bwd 474 vs 561 (0.85) -> d_half 55 and 29.
+# FlashAttention-2 on A100 (arXiv 2307.08691 Figs. 4-6): causal bwd 166 vs 186 (0.89) -> d_half
+# 18; its causal forward is no slower at d=64 (185 vs 148), so no forward penalty.
+ATTN_DIM_HALF = {"fused": (55.0, 29.0), "flash2": (0.0, 18.0), "unfused": (0.0, 0.0)}
+ATTN_REF_HEAD_DIM = 128.0
+ATTN_DIM_FACTOR_MAX = 1.2  # d = 256 is measured at most ~1.2x d = 128 (FA3 fwd, no causal)
 
 
 def make_device(
@@ -67,6 +80,8 @@ def make_device(
         attn_eta_fwd=attn.eta_max_fwd * profile.gemm.sustained_fraction,
         attn_eta_bwd=attn.eta_max_bwd * profile.gemm.sustained_fraction,
         attn_seq_half=attn.seq_half,
+        attn_dim_half_fwd=ATTN_DIM_HALF[attention_kernel][0],
+        attn_dim_half_bwd=ATTN_DIM_HALF[attention_kernel][1],
         gemm_in_bytes={"fp8": 1.0, "fp32": 4.0}.get(precision, 2.0),
         act_bytes=4.0 if precision == "fp32" else 2.0,
         host_op_s=profile.host.op_us * 1e-6,
@@ -97,20 +112,35 @@ def gemms_time_s(gemms: tuple[Gemm, ...], dev: Device) -> tuple[float, float]:
     return fwd, bwd
 
 
+def head_dim_factor(head_dim: float, dim_half: float) -> float:
+    """Fused-attention efficiency at ``head_dim`` relative to d = 128 (capped above)."""
+    if dim_half <= 0:
+        return 1.0
+    ref = ATTN_REF_HEAD_DIM / (ATTN_REF_HEAD_DIM + dim_half)
+    return min(ATTN_DIM_FACTOR_MAX, head_dim / (head_dim + dim_half) / ref)
+
+
 def attention_time_s(
-    hw_fwd_flops: float, seq_len: float, dev: Device, bwd_factor: float = 2.5
+    hw_fwd_flops: float,
+    seq_len: float,
+    dev: Device,
+    bwd_factor: float = 2.5,
+    head_dim: float = ATTN_REF_HEAD_DIM,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of a fused token-mixer core kernel (bf16).
 
-    Attention: backward = 2.5x forward FLOPs (FlashAttention convention). Chunked SSD / linear
+    Attention: backward = 2.5x forward FLOPs (FlashAttention convention); efficiency saturates in
+    the sequence length and in the head dimension (``head_dim_factor``). Chunked SSD / linear
     attention scans (``bwd_factor`` 2) are fused kernels of the same class and use the same
     efficiency curve (an assumption until measured).
     """
     if hw_fwd_flops <= 0:
         return 0.0, 0.0
     sat = seq_len / (seq_len + dev.attn_seq_half)
-    fwd = hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_fwd * sat)
-    bwd = bwd_factor * hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_bwd * sat)
+    f_fwd = head_dim_factor(head_dim, dev.attn_dim_half_fwd)
+    f_bwd = head_dim_factor(head_dim, dev.attn_dim_half_bwd)
+    fwd = hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_fwd * sat * f_fwd)
+    bwd = bwd_factor * hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_bwd * sat * f_bwd)
     return fwd, bwd
 
 

@@ -120,6 +120,11 @@ def attention_head_width(model: ModelSpec) -> int:
     return 2 * model.d_head
 
 
+def attention_head_dim(model: ModelSpec) -> float:
+    """Mean of d_qk and d_v: the head dimension a fused attention kernel tiles over."""
+    return attention_head_width(model) / 2.0
+
+
 def attention_core_flops(
     model: ModelSpec, layout: Layout, training: Training, window: int | None = None
 ) -> tuple[float, float]:
