@@ -136,6 +136,14 @@ def _candidates(
             _layout(L, overlap_tp_comm=True, sequence_parallel=True),
         )
 
+    if L.ep > 1 and not L.overlap_ep_comm and (L.pp == 1 or L.virtual_stages > 1):
+        add(
+            "overlap EP comm",
+            "hide the MoE all-to-all behind another micro-batch's compute "
+            "(Megatron-Core --overlap-moe-expert-parallel-comm)",
+            _layout(L, overlap_ep_comm=True),
+        )
+
     # activation recomputation
     for r in ("selective", "none", "full"):
         if r == T.recompute:

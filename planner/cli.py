@@ -108,6 +108,12 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--overlap-tp", action="store_true", help="overlap TP communication")
     p.add_argument(
+        "--overlap-ep",
+        action="store_true",
+        help="overlap the MoE all-to-all with another micro-batch's compute (needs vpp >= 2 "
+        "when pp > 1)",
+    )
+    p.add_argument(
         "--no-overlap-zero3",
         action="store_true",
         help="do not overlap the ZeRO-3 parameter all-gather",
@@ -212,6 +218,7 @@ def _layout_from_flags(args: argparse.Namespace) -> planner.Layout:
         schedule=args.schedule,
         overlap_dp_grad_reduce=not args.no_overlap_dp,
         overlap_tp_comm=args.overlap_tp,
+        overlap_ep_comm=args.overlap_ep,
         overlap_zero3_param_gather=not args.no_overlap_zero3,
     )
 

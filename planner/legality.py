@@ -74,6 +74,13 @@ def check_layout(
                 "(expert parallelism is carved out of TP x DP x CP)",
                 _divisors(grid),
             )
+    if layout.overlap_ep_comm and layout.pp > 1 and layout.virtual_stages < 2:
+        raise PlannerError(
+            "layout.overlap_ep_comm",
+            "all-to-all overlap pairs the forward of one micro-batch with the backward of "
+            "another, which with pp > 1 needs the interleaved schedule",
+            "vpp >= 2, pp = 1, or overlap_ep_comm false",
+        )
     per_step = training.micro_batch * layout.dp
     if training.global_batch % per_step:
         raise PlannerError(

@@ -128,8 +128,9 @@ def _layer_costs(
         cp_f = comms.exposed_time_s((layout.cp - 1) * hop, a_f, fabric)
         cp_b = comms.exposed_time_s(2 * (layout.cp - 1) * hop, a_b, fabric)
 
-    # EP: token dispatch and combine all-to-all, forward and backward, not overlapped; the
-    # busiest rank receives imbalance x the mean.
+    # EP: token dispatch and combine all-to-all, forward and backward; the busiest rank
+    # receives imbalance x the mean. With overlap (Megatron-Core batch-level EP overlap) each
+    # all-to-all hides behind the other micro-batch's compute of the same layer.
     ep_f = ep_b = 0.0
     if is_moe and layout.ep > 1:
         seq_split = layout.tp if layout.sequence_parallel else 1
@@ -137,6 +138,9 @@ def _layer_costs(
         ep_f = ep_b = (
             2.0 * imbalance * comms.collective_time_s("all_to_all", routed, groups.ep, fabric)
         )
+        if layout.overlap_ep_comm:
+            ep_f = comms.exposed_time_s(ep_f, g_b + a_b, fabric)
+            ep_b = comms.exposed_time_s(ep_b, g_f + a_f, fabric)
 
     fwd = g_f + a_f + e_f + tp_f + cp_f + ep_f
     bwd = g_b + a_b + e_b + tp_b + cp_b + ep_b

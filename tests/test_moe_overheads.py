@@ -295,3 +295,57 @@ def test_small_heads_make_attention_slower_per_flop(h100):
     f128 = planner.costs.compute.attention_time_s(1e12, 4096, dev, head_dim=128)
     f64 = planner.costs.compute.attention_time_s(1e12, 4096, dev, head_dim=64)
     assert f64[0] > f128[0] and f64[1] > f128[1]
+
+
+# ------------------------------------------------------------------------ EP all-to-all overlap
+
+
+def test_ep_overlap_hides_part_of_the_all_to_all(h100):
+    model = planner.load_model("mixtral-8x7b")
+    training = Training(seq_len=4096, global_batch=256, micro_batch=1)
+    base = Layout(tp=1, pp=2, vpp=4, dp=32, ep=8)
+    rep = [
+        planner.simulate(model, h100, base.model_copy(update={"overlap_ep_comm": o}), training)
+        for o in (False, True)
+    ]
+    assert 0 < rep[1].time_breakdown_s["ep_comm"] < rep[0].time_breakdown_s["ep_comm"]
+    assert rep[1].step_time_s < rep[0].step_time_s
+
+
+def test_ep_overlap_with_plain_pipeline_is_illegal(h100):
+    model = planner.load_model("mixtral-8x7b")
+    training = Training(seq_len=4096, global_batch=256, micro_batch=1)
+    with pytest.raises(PlannerError, match="layout.overlap_ep_comm"):
+        planner.simulate(model, h100, Layout(pp=2, dp=32, ep=8, overlap_ep_comm=True), training)
+
+
+def test_search_space_offers_ep_overlap_for_moe_only(h100):
+    from planner.search.space import default_space, legal_layouts
+
+    moe = planner.load_model("mixtral-8x7b")
+    dense = planner.load_model("llama3.1-8b")
+    assert default_space(moe, h100, (64,), 4096).overlap_ep_comm == (False, True)
+    assert default_space(dense, h100, (64,), 4096).overlap_ep_comm == (False,)
+    space = default_space(moe, h100, (64,), 4096)
+    training = Training(seq_len=4096, global_batch=256)
+    layouts = [lay for _, lay, _ in legal_layouts(moe, h100, training, space)]
+    assert any(lay.overlap_ep_comm for lay in layouts)
+    # never on a layout where it is illegal or meaningless
+    assert all(
+        lay.ep > 1 and (lay.pp == 1 or lay.virtual_stages > 1)
+        for lay in layouts
+        if lay.overlap_ep_comm
+    )
+
+
+def test_megatron_args_carry_ep_overlap():
+    from planner.search.export import megatron_args
+
+    model = planner.load_model("mixtral-8x7b")
+    args = megatron_args(
+        model,
+        8,
+        Layout(dp=8, ep=8, overlap_ep_comm=True),
+        Training(seq_len=4096, global_batch=64),
+    )
+    assert "--overlap-moe-expert-parallel-comm" in args

@@ -48,6 +48,7 @@ LAYOUT_FIELDS = (
     "schedule",
     "overlap_dp_grad_reduce",
     "overlap_tp_comm",
+    "overlap_ep_comm",
     "overlap_zero3_param_gather",
 )
 TRAINING_FIELDS = (
@@ -194,6 +195,8 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
         if not layout.sequence_parallel:
             lines.append("# --tp-comm-overlap requires --sequence-parallel in Megatron-LM")
         lines.append("--tp-comm-overlap")
+    if layout.overlap_ep_comm and layout.ep > 1:
+        lines += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if layout.overlap_dp_grad_reduce:
         lines.append("--overlap-grad-reduce")
         if layout.zero >= 1 and (layout.zero < 3 or layout.overlap_zero3_param_gather):

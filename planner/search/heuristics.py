@@ -66,6 +66,7 @@ def _knobs(space: SearchSpace, tp: int, recompute: str = "selective") -> Knobs:
         sequence_parallel=_pick(space.sequence_parallel, tp > 1),
         overlap_tp_comm=_pick(space.overlap_tp_comm, tp > 1),
         overlap_dp_grad_reduce=_pick(space.overlap_dp_grad_reduce, True),
+        overlap_ep_comm=_pick(space.overlap_ep_comm, True),
     )
 
 

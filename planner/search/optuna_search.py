@@ -69,7 +69,14 @@ AXIS_WEIGHTS = {
     "micro_batch": 1.0,
     "gpus": 4.0,
 }
-KNOB_AXES = ("recompute", "zero", "sequence_parallel", "overlap_tp_comm", "overlap_dp_grad_reduce")
+KNOB_AXES = (
+    "recompute",
+    "zero",
+    "sequence_parallel",
+    "overlap_tp_comm",
+    "overlap_dp_grad_reduce",
+    "overlap_ep_comm",
+)
 WARM_START = 5  # heuristic layouts enqueued before the sampler takes over
 # A journal writer holds the file lock only while it appends and fsyncs one record (ms); a worker
 # killed meanwhile leaves the lock behind, which the others break after this many seconds

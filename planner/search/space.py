@@ -46,6 +46,7 @@ class Knobs:
     sequence_parallel: bool
     overlap_tp_comm: bool
     overlap_dp_grad_reduce: bool
+    overlap_ep_comm: bool = False
 
 
 @dataclass
@@ -64,6 +65,7 @@ class SearchSpace:
     sequence_parallel: tuple[bool, ...] = (False, True)
     overlap_tp_comm: tuple[bool, ...] = (False, True)
     overlap_dp_grad_reduce: tuple[bool, ...] = (True,)
+    overlap_ep_comm: tuple[bool, ...] = (False,)
     rejected: Counter = field(default_factory=Counter)
 
     def knobs(self) -> list[Knobs]:
@@ -76,6 +78,7 @@ class SearchSpace:
                 self.sequence_parallel,
                 self.overlap_tp_comm,
                 self.overlap_dp_grad_reduce,
+                self.overlap_ep_comm,
             )
         ]
 
@@ -90,7 +93,8 @@ def default_space(
     """Axes worth searching for this model: CP for long sequences, EP for MoE."""
     cp = tuple(c for c in (1, 2, 4, 8) if seq_len >= 8192 * c // 2) if seq_len >= 8192 else (1,)
     ep = tuple(e for e in POW2 if model.moe and model.moe.experts % e == 0) if model.moe else (1,)
-    return SearchSpace(gpus=gpus, cp=cp or (1,), ep=ep or (1,))
+    overlap_ep = (False, True) if model.moe else (False,)
+    return SearchSpace(gpus=gpus, cp=cp or (1,), ep=ep or (1,), overlap_ep_comm=overlap_ep)
 
 
 def structures(
@@ -149,6 +153,7 @@ def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, 
         zero=k.zero,
         overlap_tp_comm=k.overlap_tp_comm and s.tp > 1,
         overlap_dp_grad_reduce=k.overlap_dp_grad_reduce,
+        overlap_ep_comm=k.overlap_ep_comm and s.ep > 1 and (s.pp == 1 or s.vpp > 1),
     )
     tr = training.model_copy(update={"micro_batch": s.micro_batch, "recompute": k.recompute})
     return layout, tr

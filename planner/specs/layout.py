@@ -43,6 +43,11 @@ class Layout(_Frozen):
     overlap_dp_grad_reduce: bool = True
     overlap_tp_comm: bool = False
     overlap_zero3_param_gather: bool = True
+    overlap_ep_comm: bool = Field(
+        default=False,
+        description="hide the MoE dispatch/combine all-to-all behind another micro-batch's "
+        "compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs vpp >= 2 when pp > 1)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
