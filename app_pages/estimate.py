@@ -50,6 +50,8 @@ DEFAULTS = {
     "est_sp": True,
     "est_overlap_tp": True,
     "est_overlap_dp": True,
+    "est_overlap_ep": False,
+    "est_recompute_modules": ["core_attn"],
 }
 
 
@@ -338,10 +340,32 @@ def body() -> None:
     recompute = cols[3].selectbox("recompute", ("none", "selective", "full"), key="est_recompute")
     zero = cols[4].selectbox("ZeRO stage", (0, 1, 2, 3), key="est_zero")
     precision = cols[5].selectbox("precision", ("bf16", "fp16", "fp8"), key="est_precision")
-    cols = st.columns(3)
+    modules = None
+    if recompute == "selective":
+        modules = tuple(
+            st.multiselect(
+                "selective recompute modules (Megatron-Core --recompute-modules)",
+                (
+                    "core_attn",
+                    "mla_up_proj",
+                    "moe_act",
+                    "mlp",
+                    "layernorm",
+                    "moe",
+                    "shared_experts",
+                ),
+                key="est_recompute_modules",
+            )
+        )
+    cols = st.columns(4)
     sp = cols[0].checkbox("sequence parallel", key="est_sp")
     overlap_tp = cols[1].checkbox("overlap TP communication", key="est_overlap_tp")
     overlap_dp = cols[2].checkbox("overlap DP gradient reduction", key="est_overlap_dp")
+    overlap_ep = cols[3].checkbox(
+        "overlap EP all-to-all",
+        key="est_overlap_ep",
+        help="Megatron-Core --overlap-moe-expert-parallel-comm (MoE; needs vpp >= 2 if pp > 1)",
+    )
     if model is None:
         return
     if gpus % (tp * pp * cp):
@@ -374,12 +398,14 @@ def body() -> None:
             zero=zero,
             overlap_tp_comm=overlap_tp and tp > 1,
             overlap_dp_grad_reduce=overlap_dp,
+            overlap_ep_comm=overlap_ep and ep > 1,
         )
         training = Training(
             seq_len=seq_len,
             global_batch=global_batch,
             micro_batch=micro_batch,
             recompute=recompute,
+            recompute_modules=modules,
             precision=precision,
         )
     except ValidationError as exc:

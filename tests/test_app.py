@@ -108,6 +108,16 @@ def test_estimate_pipeline_timeline_has_stages() -> None:
     assert any("schematic" in c.value.lower() for c in at.caption)
 
 
+def test_estimate_selective_recompute_modules_change_memory() -> None:
+    at = _app(est_recompute="selective")
+    _ok(at)
+    assert at.multiselect(key="est_recompute_modules").value == ["core_attn"]
+    before = _metric(at, "Memory per GPU")
+    at.multiselect(key="est_recompute_modules").set_value(["core_attn", "mlp", "layernorm"]).run()
+    _ok(at)
+    assert _metric(at, "Memory per GPU") != before
+
+
 def test_estimate_illegal_tp_explains_valid_values() -> None:
     at = _app()
     at.number_input(key="est_tp").set_value(3).run()
