@@ -177,23 +177,8 @@ def test_recompute_modules_need_selective():
 def test_cli_rejects_unknown_recompute_module(capsys):
     from planner.cli import main
 
-    rc = main(
-        [
-            "simulate",
-            "--model",
-            "llama3.1-8b",
-            "--cluster",
-            "dgx-h100",
-            "--gpus",
-            "8",
-            "--global-batch",
-            "64",
-            "--recompute",
-            "selective",
-            "--recompute-modules",
-            "core_attn,attn",
-        ]
-    )
+    argv = "simulate --model llama3.1-8b --cluster dgx-h100 --gpus 8 --global-batch 64"
+    rc = main([*argv.split(), "--recompute", "selective", "--recompute-modules", "core_attn,attn"])
     err = capsys.readouterr().err
     assert rc != 0
     assert "recompute_modules" in err and "Traceback" not in err
