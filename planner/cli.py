@@ -120,6 +120,13 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
     p.add_argument(
+        "--host-op-us",
+        type=float,
+        default=None,
+        help="host time per framework op, us (overrides the profile's host.op_us; 0 for CUDA "
+        "graphs or a compiled step, where the host never binds)",
+    )
+    p.add_argument(
         "--layout",
         metavar="FILE",
         default=None,
@@ -191,6 +198,18 @@ def _derive_dp(args: argparse.Namespace) -> int:
 
 def _load_profile(id_or_path: str | None) -> CalibrationProfile | None:
     return planner.load_profile(id_or_path) if id_or_path else None
+
+
+def run_profile(args: argparse.Namespace, cluster: Cluster) -> CalibrationProfile:
+    """The profile of a simulate-like command: --profile (else the cluster's default), with
+    --host-op-us applied."""
+    profile = _load_profile(args.profile) or planner.default_profile(cluster)
+    host_us = getattr(args, "host_op_us", None)
+    if host_us is None:
+        return profile
+    if not 0 <= host_us <= 1000:
+        raise PlannerError("--host-op-us", f"{host_us} is out of range", "0 to 1000 (us)")
+    return profile.model_copy(update={"host": profile.host.model_copy(update={"op_us": host_us})})
 
 
 def _json_out(data: Any) -> None:
@@ -274,7 +293,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cluster = planner.load_cluster(args.cluster)
     gpus, layout, training = _simulate_inputs(args)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
-    report = planner.simulate(model, cluster, layout, training, _load_profile(args.profile))
+    report = planner.simulate(model, cluster, layout, training, run_profile(args, cluster))
     if args.trace:
         timeline_cmds.write_trace(report, model, layout, training, args.trace)
     if args.json:

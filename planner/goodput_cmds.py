@@ -119,13 +119,13 @@ def _inputs(
     args: argparse.Namespace,
 ) -> tuple[ModelSpec, Cluster, Layout, Training, Any, StepReport]:
     """Model, cluster, layout, training, profile and the baseline StepReport from the flags."""
-    from planner.cli import _load_profile, _simulate_inputs  # lazy: cli imports this module
+    from planner.cli import _simulate_inputs, run_profile  # lazy: cli imports this module
 
     model = planner.load_model(args.model)
     cluster = planner.load_cluster(args.cluster)
     gpus, layout, training = _simulate_inputs(args)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
-    profile = _load_profile(args.profile)
+    profile = run_profile(args, cluster)
     report = planner.simulate(model, cluster, layout, training, profile)
     return model, cluster, layout, training, profile, report
 

@@ -334,3 +334,34 @@ def test_megatron_args_carry_ep_overlap():
         Training(seq_len=4096, global_batch=64),
     )
     assert "--overlap-moe-expert-parallel-comm" in args
+
+
+def test_cli_host_op_us_overrides_the_profile(capsys):
+    import json
+
+    from planner.cli import main
+
+    argv = [
+        "simulate",
+        "--model",
+        "qwen3-30b-a3b",
+        "--cluster",
+        "dgx-b200",
+        "--gpus",
+        "8",
+        "--ep",
+        "8",
+        "--global-batch",
+        "64",
+        "--precision",
+        "fp8",
+        "--json",
+    ]
+    assert main(argv) == 0
+    shipped = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--host-op-us", "0"]) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert shipped["time_breakdown_s"]["host_overhead"] > 0
+    assert off["time_breakdown_s"]["host_overhead"] == 0
+    assert main([*argv, "--host-op-us", "-3"]) != 0
+    assert "--host-op-us" in capsys.readouterr().err
