@@ -73,6 +73,7 @@ class _Candidate:
     layout: Layout
     training: Training
     reason: str = ""  # non-empty: not applicable
+    no_host: bool = False  # simulate with the host never binding (CUDA graphs)
 
 
 def _layout(base: Layout, **changes: Any) -> Layout:
@@ -240,6 +241,19 @@ def _candidates(
     return out
 
 
+def _without_host(cluster: Cluster, profile: CalibrationProfile | str | None) -> CalibrationProfile:
+    """``profile`` (or the cluster's default) with a free host: kernels replayed from graphs."""
+    from planner import default_profile, load_profile
+
+    if profile is None:
+        prof = default_profile(cluster)
+    elif isinstance(profile, str):
+        prof = load_profile(profile)
+    else:
+        prof = profile
+    return prof.model_copy(update={"host": prof.host.model_copy(update={"op_us": 0.0})})
+
+
 def _rank_key(lever: Lever) -> tuple[int, int, float]:
     if not lever.applicable:
         return (2, 0, 0.0)
@@ -272,13 +286,27 @@ def advise(
         candidates = _candidates(model, cluster, layout, training)
     except ValidationError as exc:  # a derived layout that pydantic rejects: a bug, say so
         raise PlannerError("advise", f"could not build a lever: {exc}") from None
+    if base.time_breakdown_s.get("host_overhead", 0.0) > 0.0:
+        candidates.append(
+            _Candidate(
+                "CUDA graphs",
+                "capture the layers in CUDA graphs so the host no longer issues each kernel "
+                "(Megatron --cuda-graph-impl transformer_engine; dropless MoE needs "
+                "--moe-pad-expert-input-to-capacity or graph scopes without the experts); "
+                "modelled as no host overhead",
+                layout,
+                training,
+                no_host=True,
+            )
+        )
     for c in candidates:
         rep: StepReport | None = None
         reason = c.reason
         if not reason:
             try:
                 check_layout(model, cluster, c.layout, c.training, gpus=layout.world_size)
-                rep = simulate(model, cluster, c.layout, c.training, profile)
+                prof = _without_host(cluster, profile) if c.no_host else profile
+                rep = simulate(model, cluster, c.layout, c.training, prof)
             except PlannerError as exc:
                 reason = str(exc)
         if rep is None:

@@ -365,3 +365,19 @@ def test_cli_host_op_us_overrides_the_profile(capsys):
     assert off["time_breakdown_s"]["host_overhead"] == 0
     assert main([*argv, "--host-op-us", "-3"]) != 0
     assert "--host-op-us" in capsys.readouterr().err
+
+
+def test_advise_offers_cuda_graphs_only_when_the_host_binds(b200, qwen30, h100, llama70b):
+    from planner.advise import advise
+
+    layout, training = _qwen_run(1)
+    names = {lv.name: lv for lv in advise(qwen30, b200, layout, training)}
+    assert "CUDA graphs" in names
+    assert names["CUDA graphs"].gain_pct > 50
+    dense = advise(
+        llama70b,
+        h100,
+        Layout(tp=8, pp=4, dp=2, sequence_parallel=True),
+        Training(seq_len=8192, global_batch=64),
+    )
+    assert "CUDA graphs" not in {lv.name for lv in dense}
