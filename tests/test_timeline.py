@@ -67,6 +67,12 @@ CASES = [
         planner.Training(seq_len=8192, global_batch=64, micro_batch=1, recompute="selective"),
     ),
     (
+        "moe-host-bound-pp2-vpp2",
+        "qwen3-30b-a3b",
+        planner.Layout(pp=2, vpp=2, dp=4, ep=4),
+        planner.Training(seq_len=4096, global_batch=32, micro_batch=1, precision="fp8"),
+    ),
+    (
         "no-dp-overlap",
         "gpt3-1.3b",
         planner.Layout(tp=1, pp=1, dp=8, zero=1, overlap_dp_grad_reduce=False),
@@ -80,6 +86,8 @@ def case(request: pytest.FixtureRequest, h100: planner.Cluster) -> tuple[Any, ..
     _, model_id, layout, training = request.param
     model = planner.load_model(model_id)
     report = planner.simulate(model, h100, layout, training)
+    if request.param[0].startswith("moe-host-bound"):
+        assert report.time_breakdown_s["host_overhead"] > 0  # the case exercises the category
     return model, layout, training, report, build_timeline(report, layout, training)
 
 
