@@ -118,41 +118,60 @@ def render_headline(console: Console, report: StepReport, cluster: Cluster) -> N
     console.print(_kv_table("Prediction", rows))
 
 
+def _share_table(
+    title: str,
+    unit: str,
+    share: str,
+    values: dict[str, float],
+    order: tuple[str, ...],
+    whole: float,
+    digits: int,
+    skip_zero: bool,
+) -> Table:
+    """A category / value / percent-of-``whole`` table: known categories in ``order`` first."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("category")
+    table.add_column(unit, justify="right")
+    table.add_column(share, justify="right")
+    whole = whole or 1.0
+    cats = [c for c in order if c in values] + [c for c in values if c not in order]
+    for cat in cats:
+        if skip_zero and values[cat] == 0:
+            continue
+        table.add_row(escape(cat), _fmt(values[cat], digits), _fmt(values[cat] / whole * 100, 1))
+    table.add_section()
+    return table
+
+
 def render_time(console: Console, report: StepReport) -> None:
     """Time breakdown: seconds per category and percent of the step; zero categories omitted."""
-    table = Table(title="Step time breakdown", title_justify="left")
-    table.add_column("category")
-    table.add_column("time (s)", justify="right")
-    table.add_column("% of step", justify="right")
-    step = report.step_time_s or 1.0
-    known = [c for c in TIME_CATEGORIES if c in report.time_breakdown_s]
-    extra = [c for c in report.time_breakdown_s if c not in TIME_CATEGORIES]
-    for cat in known + extra:
-        seconds = report.time_breakdown_s[cat]
-        if seconds == 0:
-            continue
-        table.add_row(escape(cat), _fmt(seconds, 4), _fmt(seconds / step * 100, 1))
-    table.add_section()
+    table = _share_table(
+        "Step time breakdown",
+        "time (s)",
+        "% of step",
+        report.time_breakdown_s,
+        TIME_CATEGORIES,
+        report.step_time_s,
+        4,
+        skip_zero=True,
+    )
     table.add_row("step", _fmt(report.step_time_s, 4), "100.0", style="bold")
     console.print(table)
 
 
 def render_memory(console: Console, report: StepReport) -> None:
     """Per-GPU memory (GiB) on the peak pipeline stage against usable HBM, with the verdict."""
-    table = Table(
-        title=f"Memory per GPU (peak stage: {escape(report.peak_memory_stage)})",
-        title_justify="left",
-    )
-    table.add_column("category")
-    table.add_column("GiB", justify="right")
-    table.add_column("% of usable", justify="right")
     usable = report.usable_memory_gib or 1.0
-    known = [c for c in MEMORY_CATEGORIES if c in report.memory_breakdown_gib]
-    extra = [c for c in report.memory_breakdown_gib if c not in MEMORY_CATEGORIES]
-    for cat in known + extra:
-        gib = report.memory_breakdown_gib[cat]
-        table.add_row(escape(cat), _fmt(gib, 2), _fmt(gib / usable * 100, 1))
-    table.add_section()
+    table = _share_table(
+        f"Memory per GPU (peak stage: {escape(report.peak_memory_stage)})",
+        "GiB",
+        "% of usable",
+        report.memory_breakdown_gib,
+        MEMORY_CATEGORIES,
+        usable,
+        2,
+        skip_zero=False,
+    )
     table.add_row(
         "peak",
         _fmt(report.peak_memory_gib, 2),

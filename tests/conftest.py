@@ -7,6 +7,26 @@ import pytest
 import planner
 from planner.specs.model import ModelSpec
 
+# Flags of one Llama-3.1-70B layout on 64 H100s shared by the advise and goodput CLI tests
+LLAMA70B_H100_64 = [
+    "--model",
+    "llama3.1-70b",
+    "--cluster",
+    "dgx-h100",
+    "--gpus",
+    "64",
+    "--tp",
+    "8",
+    "--pp",
+    "4",
+    "--global-batch",
+    "64",
+    "--seq-len",
+    "8192",
+    "--recompute",
+    "full",
+]
+
 
 def _make_gpt(
     layers: int = 4,

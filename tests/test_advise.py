@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import LLAMA70B_H100_64
 
 import planner
 from planner.advise import Lever, advise
@@ -12,25 +13,7 @@ from planner.cli import main as run_cli
 from planner.errors import PlannerError
 
 GPUS = 64
-ADVISE_70B = [
-    "advise",
-    "--model",
-    "llama3.1-70b",
-    "--cluster",
-    "dgx-h100",
-    "--gpus",
-    "64",
-    "--tp",
-    "8",
-    "--pp",
-    "4",
-    "--global-batch",
-    "64",
-    "--seq-len",
-    "8192",
-    "--recompute",
-    "full",
-]
+ADVISE_70B = ["advise", *LLAMA70B_H100_64]
 
 
 @pytest.fixture(scope="module")

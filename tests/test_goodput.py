@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import LLAMA70B_H100_64
 
 import planner
 from planner.cli import main as run_cli
@@ -26,25 +27,7 @@ from planner.goodput import (
 )
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "goodput.md"
-GOODPUT_70B = [
-    "goodput",
-    "--model",
-    "llama3.1-70b",
-    "--cluster",
-    "dgx-h100",
-    "--gpus",
-    "64",
-    "--tp",
-    "8",
-    "--pp",
-    "4",
-    "--global-batch",
-    "64",
-    "--seq-len",
-    "8192",
-    "--recompute",
-    "full",
-]
+GOODPUT_70B = ["goodput", *LLAMA70B_H100_64]
 
 
 @pytest.fixture(scope="module")
