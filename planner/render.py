@@ -35,16 +35,7 @@ def layout_summary(layout: Layout) -> str:
         f"SP {'on' if layout.sequence_parallel else 'off'}",
         f"schedule {layout.pipeline_schedule}",
     ]
-    overlaps = [
-        name
-        for name, on in (
-            ("dp", layout.overlap_dp_grad_reduce),
-            ("tp", layout.overlap_tp_comm),
-            ("zero3", layout.overlap_zero3_param_gather),
-        )
-        if on
-    ]
-    parts.append("overlap " + ("+".join(overlaps) if overlaps else "none"))
+    parts.append("overlap " + ("+".join(overlap_names(layout, "zero3")) or "none"))
     return ", ".join(parts)
 
 
@@ -305,17 +296,22 @@ def objective_text(objective: str, score: float) -> str:
     return f"{score:,.0f} tokens/s"
 
 
-def _overlaps(layout: Layout) -> str:
-    names = [
+def overlap_names(layout: Layout, zero3: str = "z3") -> list[str]:
+    """The communication overlaps in effect: dp, tp, ep and the ZeRO-3 gather (``zero3``)."""
+    return [
         name
         for name, on in (
             ("dp", layout.overlap_dp_grad_reduce),
             ("tp", layout.overlap_tp_comm and layout.tp > 1),
-            ("z3", layout.overlap_zero3_param_gather and layout.zero == 3),
+            ("ep", layout.overlap_ep_comm and layout.ep > 1),
+            (zero3, layout.overlap_zero3_param_gather and layout.zero == 3),
         )
         if on
     ]
-    return "+".join(names) or "-"
+
+
+def _overlaps(layout: Layout) -> str:
+    return "+".join(overlap_names(layout)) or "-"
 
 
 def compact_layout(layout: Layout, training: Training) -> str:
