@@ -542,5 +542,17 @@ def simulate_step(
         feasibility=feas,
         placement=placement,
         profile=profile.id,
-        assumptions=default_assumptions(layout, training),
+        assumptions=default_assumptions(layout, training) + _host_note(breakdown, step, dev),
     )
+
+
+def _host_note(breakdown: dict[str, float], step_s: float, dev: compute.Device) -> list[str]:
+    """A note when the step waits for the host, with what would relieve it."""
+    waiting = breakdown.get("host_overhead", 0.0)
+    if waiting <= 0.05 * step_s:
+        return []
+    return [
+        f"host-bound: the GPU waits {waiting:.2f} s ({100 * waiting / step_s:.0f}% of the step) "
+        f"for the host to issue kernels ({dev.host_op_us_text}); larger micro-batches, fewer "
+        "local experts or CUDA graphs (--host-op-us 0 to model them) relieve it"
+    ]

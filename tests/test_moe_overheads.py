@@ -83,6 +83,20 @@ def test_small_micro_batch_moe_is_host_bound_and_larger_batches_amortise_it(b200
     assert shares[1] < shares[0] / 2
 
 
+def test_host_bound_step_says_so_in_its_assumptions(b200, qwen30, h100, llama70b):
+    layout, training = _qwen_run(1)
+    rep = planner.simulate(qwen30, b200, layout, training)
+    (note,) = [a for a in rep.assumptions if a.startswith("host-bound")]
+    assert f"{rep.time_breakdown_s['host_overhead']:.2f} s" in note
+    dense = planner.simulate(
+        llama70b,
+        h100,
+        Layout(tp=8, pp=4, dp=2, sequence_parallel=True),
+        Training(seq_len=8192, global_batch=64),
+    )
+    assert not any(a.startswith("host-bound") for a in dense.assumptions)
+
+
 def test_host_overhead_slows_the_step_by_exactly_its_category(b200, qwen30):
     layout, training = _qwen_run(1)
     base = planner.simulate(
