@@ -553,6 +553,6 @@ def _host_note(breakdown: dict[str, float], step_s: float, dev: compute.Device) 
         return []
     return [
         f"host-bound: the GPU waits {waiting:.2f} s ({100 * waiting / step_s:.0f}% of the step) "
-        f"for the host to issue kernels ({dev.host_op_us_text}); larger micro-batches, fewer "
+        f"for the host to issue kernels ({dev.host_op_s * 1e6:.1f} us per framework op); larger micro-batches, fewer "
         "local experts or CUDA graphs (--host-op-us 0 to model them) relieve it"
     ]

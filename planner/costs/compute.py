@@ -37,10 +37,6 @@ class Device:
     act_bytes: float  # bytes per activation / GEMM output element
     host_op_s: float = 0.0  # host time to issue one framework op (0: host never binds)
 
-    @property
-    def host_op_us_text(self) -> str:
-        return f"{self.host_op_s * 1e6:.1f} us per framework op"
-
 
 # Fused attention throughput grows with the head dimension d (more work per loaded tile):
 # eta(d) ~ d / (d + d_half), normalised to d = 128 where the profile's curve is fitted.
