@@ -16,6 +16,7 @@ terms). Modules and what they re-run here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.costs import compute
@@ -33,7 +34,7 @@ class Recompute:
     gemm_flops: float  # hardware FLOPs of the re-run GEMMs
 
 
-def _gemms(gemms: tuple[Gemm, ...], keep) -> tuple[Gemm, ...]:  # noqa: ANN001
+def _gemms(gemms: tuple[Gemm, ...], keep: Callable[[str], bool]) -> tuple[Gemm, ...]:
     return tuple(g for g in gemms if keep(g.name))
 
 
