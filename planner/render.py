@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.costs import flops
 from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -75,10 +76,31 @@ def render_header(
             "training",
             f"seq_len {training.seq_len:,}, global_batch {training.global_batch:,}, "
             f"micro_batch {training.micro_batch}, {report.microbatches} microbatches "
-            f"per DP rank, recompute {training.recompute}, {training.precision}",
+            f"per DP rank, recompute {_recompute_text(training)}, {training.precision}",
         ),
     ]
+    if model.moe is not None:
+        rows.append(("experts", _experts_text(model, layout, training)))
     console.print(_kv_table("Inputs", rows))
+
+
+def _recompute_text(training: Training) -> str:
+    if training.recompute != "selective":
+        return training.recompute
+    return f"selective ({', '.join(training.selective_modules) or 'nothing'})"
+
+
+def _experts_text(model: ModelSpec, layout: Layout, training: Training) -> str:
+    """Experts, routing and the per-expert batch one GPU's grouped GEMM sees (balanced)."""
+    moe = model.moe
+    assert moe is not None
+    local = moe.experts / layout.ep
+    per_expert = flops.tokens_per_expert(model, layout, flops.tokens_per_gpu(layout, training))
+    shared = f", {moe.shared_experts} shared" if moe.shared_experts else ""
+    return (
+        f"{moe.experts} routed{shared}, top-{moe.top_k}; {local:g} per GPU (EP {layout.ep}); "
+        f"about {per_expert:,.0f} tokens per expert per micro-batch"
+    )
 
 
 def render_headline(console: Console, report: StepReport, cluster: Cluster) -> None:

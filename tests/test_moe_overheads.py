@@ -395,3 +395,14 @@ def test_advise_offers_cuda_graphs_only_when_the_host_binds(b200, qwen30, h100, 
         Training(seq_len=8192, global_batch=64),
     )
     assert "CUDA graphs" not in {lv.name for lv in dense}
+
+
+def test_cli_prints_the_expert_split_and_recompute_modules(capsys):
+    from planner.cli import main
+
+    argv = "simulate --model deepseek-v3 --cluster dgx-b200 --gpus 256 --pp 16 --ep 8"
+    extra = "--global-batch 2048 --precision fp8 --recompute selective --recompute-modules"
+    assert main([*argv.split(), *extra.split(), "mla_up_proj,moe_act"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "32 per GPU (EP 8)" in out and "1,024 tokens per expert" in out
+    assert "recompute selective (mla_up_proj, moe_act)" in out

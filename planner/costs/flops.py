@@ -90,6 +90,15 @@ def mlp_gemms(
     ]
 
 
+def tokens_per_expert(model: ModelSpec, layout: Layout, tokens: float) -> float:
+    """Tokens each local expert processes per micro-batch with balanced routing: the EP group's
+    ``tokens`` x top_k token-expert pairs over its experts. With expert TP < tp each TP rank
+    dispatches only its sequence-parallel share of the tokens."""
+    assert model.moe is not None
+    expert_tokens = tokens * layout.expert_tp / layout.tp
+    return expert_tokens * model.moe.top_k / (model.moe.experts / layout.ep)
+
+
 def moe_gemms(model: ModelSpec, layout: Layout, tokens: float) -> list[Gemm]:
     """Router, routed experts (grouped GEMM, balanced load) and shared experts of one MoE layer.
 
@@ -100,12 +109,14 @@ def moe_gemms(model: ModelSpec, layout: Layout, tokens: float) -> list[Gemm]:
     assert model.moe is not None
     moe = model.moe
     local_experts = moe.experts / layout.ep
-    # with expert TP < tp, each TP rank dispatches only its sequence-parallel share of tokens
-    expert_tokens = tokens * layout.expert_tp / layout.tp
-    tokens_per_expert = expert_tokens * moe.top_k / local_experts
     gemms = [Gemm("router", tokens, moe.experts, model.hidden)]
     gemms += mlp_gemms(
-        model, moe.expert_ffn_hidden, layout.expert_tp, tokens_per_expert, "expert", local_experts
+        model,
+        moe.expert_ffn_hidden,
+        layout.expert_tp,
+        tokens_per_expert(model, layout, tokens),
+        "expert",
+        local_experts,
     )
     if moe.shared_experts:
         width = moe.shared_experts * (moe.shared_expert_ffn_hidden or moe.expert_ffn_hidden)
