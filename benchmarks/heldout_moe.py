@@ -24,8 +24,7 @@ DEFAULT = Path(__file__).resolve().parent / "heldout" / "bridge_archive_moe.yaml
 
 
 def _no_host(cluster: planner.Cluster) -> CalibrationProfile:
-    prof = planner.default_profile(cluster)
-    return prof.model_copy(update={"host": prof.host.model_copy(update={"op_us": 0.0})})
+    return planner.default_profile(cluster).with_host_op_us(0.0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -251,7 +251,7 @@ def _without_host(cluster: Cluster, profile: CalibrationProfile | str | None) ->
         prof = load_profile(profile)
     else:
         prof = profile
-    return prof.model_copy(update={"host": prof.host.model_copy(update={"op_us": 0.0})})
+    return prof.with_host_op_us(0.0)
 
 
 def _rank_key(lever: Lever) -> tuple[int, int, float]:

@@ -209,7 +209,7 @@ def run_profile(args: argparse.Namespace, cluster: Cluster) -> CalibrationProfil
         return profile
     if not 0 <= host_us <= 1000:
         raise PlannerError("--host-op-us", f"{host_us} is out of range", "0 to 1000 (us)")
-    return profile.model_copy(update={"host": profile.host.model_copy(update={"op_us": host_us})})
+    return profile.with_host_op_us(host_us)
 
 
 def _json_out(data: Any) -> None:

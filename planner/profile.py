@@ -152,6 +152,11 @@ class CalibrationProfile(_Frozen):
     sources: list[str] = Field(default_factory=list)
     raw: dict = Field(default_factory=dict, description="the samples the fit used")
 
+    def with_host_op_us(self, op_us: float) -> CalibrationProfile:
+        """This profile with another host cost per framework op (0: the host never binds,
+        as with CUDA graphs or a compiled step)."""
+        return self.model_copy(update={"host": HostOverhead(op_us=op_us)})
+
     def gemm_eta_max(self, precision: str) -> float:
         """Large-GEMM efficiency for a precision; fp16 uses bf16, missing fp8 falls back."""
         table = self.gemm.eta_max

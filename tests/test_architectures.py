@@ -171,8 +171,7 @@ def test_mtp_module_costs_time_and_memory_on_the_last_stage():
     lay = planner.Layout(pp=16, dp=16, ep=8, zero=1)
     tr = planner.Training(seq_len=4096, global_batch=256, precision="fp8", recompute="selective")
     # without host stalls the last stage (logits) is the bottleneck in both runs
-    prof = planner.default_profile(c)
-    prof = prof.model_copy(update={"host": prof.host.model_copy(update={"op_us": 0.0})})
+    prof = planner.default_profile(c).with_host_op_us(0.0)
     a, b = planner.simulate(ds, c, lay, tr, prof), planner.simulate(with_mtp, c, lay, tr, prof)
     assert b.step_time_s > a.step_time_s
     assert b.time_breakdown_s["compute_logits_loss"] == pytest.approx(

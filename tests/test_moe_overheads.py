@@ -13,10 +13,6 @@ from planner.specs.layout import Layout, Training
 from planner.validate import Case, case_inputs, framework_recompute, stated_mtp_layers
 
 
-def _with_host(profile: planner.CalibrationProfile, op_us: float) -> planner.CalibrationProfile:
-    return profile.model_copy(update={"host": profile.host.model_copy(update={"op_us": op_us})})
-
-
 @pytest.fixture(scope="module")
 def b200():
     return planner.load_cluster("dgx-b200")
@@ -67,13 +63,13 @@ def test_stall_is_issue_time_beyond_gpu_time():
 
 def test_host_overhead_off_by_default_in_a_zero_profile(b200, qwen30):
     layout, training = _qwen_run(1)
-    prof = _with_host(planner.default_profile(b200), 0.0)
+    prof = planner.default_profile(b200).with_host_op_us(0.0)
     rep = planner.simulate(qwen30, b200, layout, training, prof)
     assert rep.time_breakdown_s["host_overhead"] == 0.0
 
 
 def test_small_micro_batch_moe_is_host_bound_and_larger_batches_amortise_it(b200, qwen30):
-    prof = _with_host(planner.default_profile(b200), 40.0)
+    prof = planner.default_profile(b200).with_host_op_us(40.0)
     shares = []
     for mb in (1, 4):
         layout, training = _qwen_run(mb)
@@ -100,10 +96,10 @@ def test_host_bound_step_says_so_in_its_assumptions(b200, qwen30, h100, llama70b
 def test_host_overhead_slows_the_step_by_exactly_its_category(b200, qwen30):
     layout, training = _qwen_run(1)
     base = planner.simulate(
-        qwen30, b200, layout, training, _with_host(planner.default_profile(b200), 0.0)
+        qwen30, b200, layout, training, planner.default_profile(b200).with_host_op_us(0.0)
     )
     slow = planner.simulate(
-        qwen30, b200, layout, training, _with_host(planner.default_profile(b200), 40.0)
+        qwen30, b200, layout, training, planner.default_profile(b200).with_host_op_us(40.0)
     )
     extra = slow.step_time_s - base.step_time_s
     assert extra > 0
@@ -111,7 +107,7 @@ def test_host_overhead_slows_the_step_by_exactly_its_category(b200, qwen30):
 
 
 def test_large_dense_layers_never_wait_for_the_host(h100, llama70b):
-    prof = _with_host(planner.default_profile(h100), 40.0)
+    prof = planner.default_profile(h100).with_host_op_us(40.0)
     layout = Layout(tp=8, pp=4, dp=2, sequence_parallel=True)
     training = Training(seq_len=8192, global_batch=64, micro_batch=1)
     rep = planner.simulate(llama70b, h100, layout, training, prof)
