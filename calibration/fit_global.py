@@ -40,8 +40,7 @@ LOSS, F_SCALE = "soft_l1", 0.15
 def _with(profile: CalibrationProfile, x: np.ndarray) -> CalibrationProfile:
     gemm = profile.gemm.model_copy(update={"sustained_fraction": float(x[0])})
     comm = profile.comm.model_copy(update={"overlap_contention": float(x[1])})
-    host = profile.host.model_copy(update={"op_us": float(x[2])})
-    return profile.model_copy(update={"gemm": gemm, "comm": comm, "host": host})
+    return profile.model_copy(update={"gemm": gemm, "comm": comm}).with_host_op_us(float(x[2]))
 
 
 def _log_errors(cases: list[dict], x: np.ndarray) -> np.ndarray:
