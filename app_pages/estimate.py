@@ -51,6 +51,7 @@ DEFAULTS = {
     "est_overlap_tp": True,
     "est_overlap_dp": True,
     "est_overlap_ep": False,
+    "est_cuda_graphs": False,
     "est_recompute_modules": ["core_attn"],
 }
 
@@ -357,7 +358,7 @@ def body() -> None:
                 key="est_recompute_modules",
             )
         )
-    cols = st.columns(4)
+    cols = st.columns(5)
     sp = cols[0].checkbox("sequence parallel", key="est_sp")
     overlap_tp = cols[1].checkbox("overlap TP communication", key="est_overlap_tp")
     overlap_dp = cols[2].checkbox("overlap DP gradient reduction", key="est_overlap_dp")
@@ -365,6 +366,12 @@ def body() -> None:
         "overlap EP all-to-all",
         key="est_overlap_ep",
         help="Megatron-Core --overlap-moe-expert-parallel-comm (MoE; needs vpp >= 2 if pp > 1)",
+    )
+    cuda_graphs = cols[4].checkbox(
+        "CUDA graphs",
+        key="est_cuda_graphs",
+        help="kernels replayed from graphs: the host never holds the GPU back "
+        "(host overhead 0 instead of the profile's cost per framework op)",
     )
     if model is None:
         return
@@ -424,6 +431,8 @@ def body() -> None:
             "network (the layout search never picks this)."
         )
     profile = c.profile_for(cluster)
+    if cuda_graphs:
+        profile = profile.with_host_op_us(0.0)
     report = c.simulate(model, cluster, layout, training, profile)
     show_report(model, cluster, layout, report)
     st.caption(c.profile_caption(cluster, profile))

@@ -118,6 +118,23 @@ def test_estimate_selective_recompute_modules_change_memory() -> None:
     assert _metric(at, "Memory per GPU") != before
 
 
+def test_estimate_cuda_graphs_remove_host_overhead() -> None:
+    at = _app(
+        est_model="qwen3-30b-a3b",
+        est_cluster="dgx-b200",
+        est_gpus=8,
+        est_tp=1,
+        est_ep=8,
+        est_precision="fp8",
+        est_global_batch=64,
+    )
+    _ok(at)
+    before = _metric(at, "Tokens/s")
+    at.checkbox(key="est_cuda_graphs").check().run()
+    _ok(at)
+    assert _metric(at, "Tokens/s") != before
+
+
 def test_estimate_illegal_tp_explains_valid_values() -> None:
     at = _app()
     at.number_input(key="est_tp").set_value(3).run()
