@@ -2,7 +2,7 @@
 
     python benchmarks/heldout_moe.py [CASES.yaml]
 
-Simulates benchmarks/heldout/bridge_archive_moe.yaml (24 Megatron-Bridge 25.11 / 26.02 MoE rows
+Simulates benchmarks/heldout/bridge_archive_moe.yaml (33 Megatron-Bridge 25.09 / 25.11 / 26.02 MoE rows
 transcribed from the performance-summary archive, none of them in shared/validation/public.yaml
 and none read by any fit) with the shipped profiles, and again with the host model switched off
 (``host.op_us = 0``), and prints both errors per row and the summary.

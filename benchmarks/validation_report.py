@@ -38,8 +38,8 @@ NOTES = """\
   Qwen3-30B-A3B on H100 (+101%; the same layout with token drop in 25.09 ran 2x faster and is
   predicted within 1%, so the dropless H100 slowdown is not explained), and gpt-oss (predicted
   out of memory on H100, where the source's own row is inconsistent, and 2% over on B200; its
-  throughput is over-predicted on every system, +28% to +68% on the held-out rows). On 24
-  held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`) the MAPE is 17.6%.
+  throughput is over-predicted on every system, +21% to +63% on the held-out rows). On 33
+  held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`) the MAPE is 19.1%.
 * **Small models on many GPUs (llm-foundry 125M-3B on 512 H100s)**: over-predicted by 20-30%;
   per-layer framework overheads (FSDP hooks, optimizer launches) that do not shrink with the
   model are only represented by a fixed per-kernel cost.
