@@ -33,6 +33,21 @@ if not PUBLIC_CASES.is_file():
     PUBLIC_CASES = Path(__file__).resolve().parents[1] / "shared" / "validation" / "public.yaml"
 
 
+def _simulate_8(model: str) -> list[str]:
+    """``planner simulate`` of ``model`` on 8 H100s, global batch 8."""
+    return [
+        "simulate",
+        "--model",
+        model,
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+    ]
+
+
 def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     """Run argv, assert exit status 2 and a single stderr line; return that line."""
     assert main(argv) == 2
@@ -110,17 +125,7 @@ def test_negative_global_batch(capsys: pytest.CaptureFixture[str], batch: list[s
 def test_unknown_model_lists_valid_ids(capsys: pytest.CaptureFixture[str]) -> None:
     line = _error(
         capsys,
-        [
-            "simulate",
-            "--model",
-            "no-such-model",
-            "--cluster",
-            "dgx-h100",
-            "--gpus",
-            "8",
-            "--global-batch",
-            "8",
-        ],
+        _simulate_8("no-such-model"),
     )
     assert "model" in line and "llama3.1-70b" in line
 
@@ -130,17 +135,7 @@ def test_malformed_yaml_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     path.write_text("name: broken\nlayers: [1, 2\nhidden: 4096\n")
     line = _error(
         capsys,
-        [
-            "simulate",
-            "--model",
-            str(path),
-            "--cluster",
-            "dgx-h100",
-            "--gpus",
-            "8",
-            "--global-batch",
-            "8",
-        ],
+        _simulate_8(str(path)),
     )
     assert "model" in line and "YAML" in line
 
@@ -154,17 +149,7 @@ def test_model_yaml_missing_field(tmp_path: Path, capsys: pytest.CaptureFixture[
     path.write_text(yaml.safe_dump(spec))
     line = _error(
         capsys,
-        [
-            "simulate",
-            "--model",
-            str(path),
-            "--cluster",
-            "dgx-h100",
-            "--gpus",
-            "8",
-            "--global-batch",
-            "8",
-        ],
+        _simulate_8(str(path)),
     )
     assert "hidden" in line
 
