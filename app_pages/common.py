@@ -38,6 +38,7 @@ from planner.specs.model import ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_FILE = REPO_ROOT.parent / "shared" / "validation" / "public.yaml"
+HELDOUT_FILE = REPO_ROOT / "benchmarks" / "heldout" / "bridge_archive_moe.yaml"
 MAX_UPLOAD_BYTES = 1_000_000  # "1 MB", as planner.specs.loading.MAX_SPEC_BYTES
 DEFAULT_MODEL = "llama3.1-8b"
 DEFAULT_CLUSTER = "dgx-h100"
@@ -424,6 +425,7 @@ __all__ = [
     "SearchRun",
     "UPLOADED_MODEL",
     "VALIDATION_FILE",
+    "HELDOUT_FILE",
     "active_profile",
     "cluster_ids",
     "coarse_space",

@@ -1,7 +1,8 @@
 """Validation: predicted vs measured tokens/s per GPU for published training runs.
 
-The public cases (``shared/validation/public.yaml``, schema version 1) are simulated with the
-active calibration profile; users may upload their own cases in the same schema.
+The public cases (``shared/validation/public.yaml``, schema version 1) and the held-out MoE rows
+(``benchmarks/heldout/bridge_archive_moe.yaml``, read by no fit) are simulated with the active
+calibration profile; users may upload their own cases in the same schema.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from planner.errors import PlannerError
 from planner.validate import run_case, summarize, validate_file
 
 PUBLIC = "Public validation cases"
+HELDOUT = "Held-out MoE rows"
 UPLOADED = "My cases (upload)"
 
 
@@ -118,19 +120,17 @@ def body() -> None:
     c.sidebar_status()
     if "val_source" not in st.session_state:
         st.session_state["val_source"] = PUBLIC
-    source = st.radio("Cases", (PUBLIC, UPLOADED), key="val_source", horizontal=True)
-    if source == PUBLIC:
-        path = c.VALIDATION_FILE
+    source = st.radio("Cases", (PUBLIC, HELDOUT, UPLOADED), key="val_source", horizontal=True)
+    if source in (PUBLIC, HELDOUT):
+        path = c.VALIDATION_FILE if source == PUBLIC else c.HELDOUT_FILE
         if not path.is_file():
-            st.warning(
-                f"The public validation file is missing ({path}); upload your own cases instead."
-            )
+            st.warning(f"The case file is missing ({path}); upload your own cases instead.")
             return
         result = public_results(
             str(path), path.stat().st_mtime, c.profile_state(), c.profile_resolver()
         )
         st.caption(f"File: `{path.name}` ({len(result['cases'])} cases, schema version 1).")
-        show(result, "public")
+        show(result, "public" if source == PUBLIC else "heldout")
         return
     upload = st.file_uploader(
         "Validation cases YAML (schema version 1, at most 1 MB)",

@@ -309,6 +309,13 @@ def test_validation_scatter_and_mape() -> None:
     assert spec["layout"]["xaxis"]["type"] == "log"
 
 
+def test_validation_heldout_moe_rows() -> None:
+    at = _app("app_pages/validation.py", val_source="Held-out MoE rows")
+    _ok(at)
+    assert _metric(at, "Cases scored").endswith("of 33")
+    assert any("bridge_archive_moe.yaml" in c.value for c in at.caption)
+
+
 @pytest.mark.skipif(not PUBLIC.is_file(), reason="no shared/validation/public.yaml")
 def test_validation_upload_own_cases() -> None:
     import yaml
