@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly import colors as px_colors
 
 from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
+from planner.timeline import run_schedule, stage_order
 
 COLORS = {
     "forward": "#4C78A8",
@@ -165,69 +166,24 @@ class Timeline:
     notes: tuple[str, ...] = ()
 
 
-def _stage_orders(pp: int, m: int, v: int) -> list[list[tuple[str, int, int]]]:
-    """Per stage, the (F|B, micro-batch, chunk) order of 1F1B (v = 1) or Megatron's
-    interleaved 1F1B (v > 1: warm-up (pp - s - 1) * 2 + (v - 1) * pp chunks)."""
-    orders = []
-    for s in range(pp):
-
-        def seq(backward: bool, s: int = s) -> list[tuple[int, int]]:
-            out = []
-            for k in range(m * v):
-                group, within = divmod(k, pp * v)
-                chunk = within // pp
-                mb = group * pp + within % pp
-                if mb < m:
-                    out.append((mb, v - 1 - chunk if backward else chunk))
-            return out
-
-        fwd, bwd = seq(False), seq(True)
-        total = len(fwd)
-        warm = min(total, pp - s - 1 if v == 1 else (pp - s - 1) * 2 + (v - 1) * pp)
-        order = [("F", *fwd[i]) for i in range(warm)]
-        for i in range(total - warm):
-            order += [("F", *fwd[warm + i]), ("B", *bwd[i])]
-        order += [("B", *bwd[i]) for i in range(total - warm, total)]
-        orders.append(order)
-    return orders
-
-
 def _schedule(
     pp: int, m: int, v: int, f: float, b: float, cf: float, cb: float
 ) -> dict[tuple[str, int, int, int], tuple[float, float]] | None:
-    """(kind, stage, micro-batch, chunk) -> (start, end incl. the send); None on deadlock."""
-    orders = _stage_orders(pp, m, v)
-    n_virtual = pp * v
-    done: dict[tuple[str, int, int, int], tuple[float, float]] = {}
-    pos = [0] * pp
-    free = [0.0] * pp
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = False
-        for s in range(pp):
-            while pos[s] < len(orders[s]):
-                kind, mb, c = orders[s][pos[s]]
-                vs = c * pp + s  # virtual stage along the model
-                if kind == "F":
-                    dep = None if vs == 0 else ("F", (vs - 1) % pp, mb, (vs - 1) // pp)
-                    dur = (f + cf) / v
-                elif vs == n_virtual - 1:
-                    dep = ("F", s, mb, c)
-                    dur = (b + cb) / v
-                else:
-                    dep = ("B", (vs + 1) % pp, mb, (vs + 1) // pp)
-                    dur = (b + cb) / v
-                if dep is not None and dep not in done:
-                    break
-                start = max(free[s], done[dep][1] if dep is not None else 0.0)
-                done[(kind, s, mb, c)] = (start, start + dur)
-                free[s] = start + dur
-                pos[s] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            return None
-    return done
+    """(kind, stage, micro-batch, chunk) -> (start, end incl. the send); None on deadlock.
+
+    The 1F1B / interleaved 1F1B order and dependencies of :mod:`planner.timeline`, with one
+    op lasting its compute plus its exposed communication.
+    """
+    dur = {"F": (f + cf) / v, "B": (b + cb) / v}
+    orders = [stage_order(s, pp, v, m) for s in range(pp)]
+    starts = run_schedule(orders, pp, v, dur["F"], dur["B"])
+    if starts is None:
+        return None
+    return {
+        (op.kind, s, op.mb, op.chunk): (t, t + dur[op.kind])
+        for s in range(pp)
+        for op, t in zip(orders[s], starts[s], strict=True)
+    }
 
 
 def pipeline_timeline(report: StepReport, pp: int, vpp: int = 1) -> Timeline:

@@ -142,7 +142,7 @@ def _dependency(op: _Op, stage: int, pp: int, vpp: int) -> tuple[str, int, int] 
     return ("B", op.mb, vs + 1) if vs < pp * vpp - 1 else ("F", op.mb, vs)
 
 
-def _run_schedule(
+def run_schedule(
     orders: list[list[_Op]], pp: int, vpp: int, f: float, b: float
 ) -> list[list[float]] | None:
     """Start time of every op when each stage runs its ``orders`` in sequence and an op waits
@@ -237,7 +237,7 @@ def schedule(
     """
     vpp = max(vpp, 1)
     orders = [stage_order(s, pp, vpp, microbatches) for s in range(pp)]
-    starts = _run_schedule(orders, pp, vpp, f, b)
+    starts = run_schedule(orders, pp, vpp, f, b)
     if starts is not None:
         return orders, starts
     return _greedy_schedule(pp, vpp, microbatches, f, b)
