@@ -96,6 +96,14 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         help="dtype of the gradient buffer and its DP reduction",
     )
     p.add_argument(
+        "--cross-entropy",
+        choices=("fp32_copy", "in_place"),
+        default="fp32_copy",
+        help="fp32_copy: the loss keeps an fp32 softmax of the logits (PyTorch, Megatron native);"
+        " in_place: online-softmax loss writing the gradient into the logits (Transformer "
+        "Engine, Megatron --cross-entropy-fusion-impl te)",
+    )
+    p.add_argument(
         "--schedule",
         choices=("1f1b", "interleaved"),
         default=None,
@@ -269,6 +277,7 @@ def _training_from_flags(args: argparse.Namespace) -> planner.Training:
         attention_kernel=args.attention_kernel,
         dropout=args.dropout,
         grad_reduce_dtype=args.grad_reduce_dtype,
+        cross_entropy=args.cross_entropy,
     )
 
 

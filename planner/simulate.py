@@ -217,6 +217,9 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
     notes = [
         f"{kernel}; {'with' if training.dropout else 'no'} dropout",
         f"gradient buffer and DP reduction in {training.grad_reduce_dtype}",
+        "loss: online-softmax cross-entropy, gradient written into the logits"
+        if training.cross_entropy == "in_place"
+        else "loss: cross-entropy keeps an fp32 softmax of the logits",
     ]
     if layout.ep > 1:
         notes.append(f"expert tensor parallel size = {layout.expert_tp}; balanced routing")
@@ -267,11 +270,13 @@ def simulate_step(
     # ---- first-stage embedding and last-stage logits + loss ------------------------------
     logit = flops.logits_gemm(model, layout, training)
     lg_f, lg_b = compute.gemms_time_s((logit,), dev)
-    loss_f = (
-        elementwise.logits_loss_bytes(model, layout, tokens, training.act_bytes)
+    loss_s = (
+        elementwise.logits_loss_bytes(
+            model, layout, tokens, training.act_bytes, training.cross_entropy
+        )
         / dev.xent_bytes_per_s
     )
-    logits_s = lg_f + lg_b + 2.0 * loss_f
+    logits_s = lg_f + lg_b + loss_s
     mtp: dict[str, float] = {}
     if model.mtp_layers:
         # each multi-token-prediction module: one more layer of the last kind, an h x 2h

@@ -98,7 +98,13 @@ def framework_kernels(framework: str, source: str) -> dict[str, Any]:
         return {"attention_kernel": "unfused", "dropout": True}
     if "foundry" in fw:
         return {"attention_kernel": "flash2"}
-    if "nemo" in fw or "bridge" in fw:
+    if "bridge" in fw:
+        return {
+            "attention_kernel": "fused",
+            "grad_reduce_dtype": "bf16",
+            "cross_entropy": "in_place",
+        }
+    if "nemo" in fw:
         return {"attention_kernel": "fused", "grad_reduce_dtype": "bf16"}
     return {"attention_kernel": "fused"}
 
@@ -119,6 +125,32 @@ def framework_recompute(framework: str, model: ModelSpec, recompute: str) -> dic
     if recompute == "selective" and model.mla is not None and ("nemo" in fw or "bridge" in fw):
         return {"recompute_modules": ("mla_up_proj",)}
     return {}
+
+
+# "recompute: not stated" in a case's notes: the field holds the case author's assumption
+_RECOMPUTE_UNSTATED = re.compile(r"\brecompute:\s*not stated", re.IGNORECASE)
+
+
+def recompute_stated(case: Case) -> bool:
+    """False where the case's notes say the source did not state activation recompute."""
+    return not _RECOMPUTE_UNSTATED.search(case.notes)
+
+
+def recompute_ladder(model: ModelSpec, training: Training) -> list[Training]:
+    """Recompute settings to try, lightest first, for a run whose recompute is unknown.
+
+    A published run fitted its memory, so a recipe that did not state its recompute used at
+    least as much as the lightest setting that fits. The ladder follows the cost of what is
+    re-run: selective with the elementwise modules (Megatron-Core ``layernorm``, and ``moe_act``
+    on MoE models, as the Megatron-Bridge MoE presets use), then every layer (full).
+    """
+    if training.recompute != "none":
+        return []
+    cheap = ("layernorm", "moe_act") if model.moe is not None else ("core_attn", "layernorm")
+    return [
+        training.model_copy(update={"recompute": "selective", "recompute_modules": cheap}),
+        training.model_copy(update={"recompute": "full", "recompute_modules": None}),
+    ]
 
 
 def stated_mtp_layers(case: Case) -> int:
@@ -204,7 +236,20 @@ def run_case(raw: Any, profile_for: Any) -> dict:
         out["cluster"] = case.cluster
         out["source"] = case.source.split(",")[0]
         model, cl, layout, training, notes = case_inputs(case)
-        rep = simulate_step(model, cl, layout, training, profile_for(cl))
+        profile = profile_for(cl)
+        rep = simulate_step(model, cl, layout, training, profile)
+        if not rep.fits and not recompute_stated(case):
+            for lighter in recompute_ladder(model, training):
+                trial = simulate_step(model, cl, layout, lighter, profile)
+                if trial.fits:
+                    what = ", ".join(lighter.selective_modules) or lighter.recompute
+                    notes.append(
+                        f"recompute not stated and none needs {rep.peak_memory_gib:.1f} GiB of "
+                        f"{rep.usable_memory_gib:.1f} GiB: assumed recompute of {what}, the "
+                        "lightest that fits"
+                    )
+                    rep = trial
+                    break
     except PlannerError as exc:
         out["reason"] = str(exc)
         return out

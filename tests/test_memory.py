@@ -241,3 +241,41 @@ def test_logits_bytes_by_hand():
     tr = Training(seq_len=8192, global_batch=2, micro_batch=2)
     got = memory.logits_bytes(spec, Layout(tp=4, cp=2), tr)
     assert got == pytest.approx(2 * 8192 / 2 * 128256 / 4 * 6)
+
+
+def test_in_place_cross_entropy_keeps_only_the_logits():
+    """Transformer Engine's online-softmax loss: 2 B per logit, no fp32 softmax copy; its HBM
+    traffic (read forward, read + write backward) is 6 B per logit against 20 B."""
+    from planner.costs import elementwise
+
+    spec = planner.load_model("llama3.1-8b")
+    lay = Layout(tp=4, cp=2)
+    copy = Training(seq_len=8192, global_batch=2, micro_batch=2)
+    inplace = copy.model_copy(update={"cross_entropy": "in_place"})
+    assert memory.logits_bytes(spec, lay, inplace) == pytest.approx(
+        memory.logits_bytes(spec, lay, copy) / 3
+    )
+    tokens = 8192.0
+    assert elementwise.logits_loss_bytes(spec, lay, tokens, 2, "in_place") == pytest.approx(
+        tokens * spec.vocab / 4 * 6
+    )
+    assert elementwise.logits_loss_bytes(spec, lay, tokens, 2) == pytest.approx(
+        tokens * spec.vocab / 4 * 20
+    )
+
+
+def test_in_place_cross_entropy_in_the_report_and_the_export():
+    from planner.search.export import megatron_args
+
+    spec = planner.load_model("llama3.1-8b")
+    cl = planner.load_cluster("dgx-h100")
+    lay = Layout(dp=8)
+    copy = Training(seq_len=8192, global_batch=64, micro_batch=2)
+    inplace = copy.model_copy(update={"cross_entropy": "in_place"})
+    a = planner.simulate(spec, cl, lay, copy)
+    b = planner.simulate(spec, cl, lay, inplace)
+    assert b.memory_breakdown_gib["logits"] < a.memory_breakdown_gib["logits"]
+    assert b.time_breakdown_s["compute_logits_loss"] < a.time_breakdown_s["compute_logits_loss"]
+    assert any("online-softmax" in n for n in b.assumptions)
+    assert "--cross-entropy-fusion-impl te" in megatron_args(spec, 8, lay, inplace)
+    assert "--cross-entropy-fusion-impl" not in megatron_args(spec, 8, lay, copy)

@@ -402,3 +402,39 @@ def test_cli_prints_the_expert_split_and_recompute_modules(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "32 per GPU (EP 8)" in out and "1,024 tokens per expert" in out
     assert "recompute selective (mla_up_proj, moe_act)" in out
+
+
+def _oversized_case(notes: str) -> dict:
+    """DeepSeek-V3 on 256 B200 with micro-batch 2 and no recompute: out of memory as stated."""
+    raw = _case(notes=notes).model_dump(mode="json")
+    raw["training"]["micro_batch"] = 2
+    return raw
+
+
+def test_unstated_recompute_takes_the_lightest_that_fits():
+    """A published run fitted: where the source did not state recompute and 'none' does not
+    fit, validation assumes the lightest recompute on the ladder that does, and says so."""
+    from planner.validate import recompute_ladder, recompute_stated, run_case
+
+    stated = run_case(_oversized_case("recompute: none (stated)"), planner.default_profile)
+    assert stated["status"] == "infeasible"
+    unstated = run_case(
+        _oversized_case("recompute: not stated; none assumed"), planner.default_profile
+    )
+    assert unstated["status"] == "ok", unstated["reason"]
+    assert "recompute not stated" in unstated["reason"]
+    assert unstated["predicted_peak_memory_gib"] < stated["predicted_peak_memory_gib"]
+    # recomputing costs time
+    assert unstated["predicted_tokens_per_s_per_gpu"] < stated["predicted_tokens_per_s_per_gpu"]
+    assert not recompute_stated(_case(notes="recompute: not stated; none assumed"))
+    assert recompute_stated(_case(notes="recompute: none"))
+    ds = planner.load_model("deepseek-v3")
+    ladder = recompute_ladder(ds, Training(seq_len=4096, global_batch=8))
+    assert [t.recompute for t in ladder] == ["selective", "full"]
+    assert ladder[0].selective_modules == ("layernorm", "moe_act")
+    llama = planner.load_model("llama3.1-8b")
+    assert (
+        "moe_act"
+        not in recompute_ladder(llama, Training(seq_len=4096, global_batch=8))[0].selective_modules
+    )
+    assert recompute_ladder(ds, Training(seq_len=4096, global_batch=8, recompute="full")) == []

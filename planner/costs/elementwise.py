@@ -88,10 +88,22 @@ def layer_elementwise(
 
 
 def logits_loss_bytes(
-    model: ModelSpec, layout: Layout, tokens: float, act_bytes: float = ACT_BYTES
+    model: ModelSpec,
+    layout: Layout,
+    tokens: float,
+    act_bytes: float = ACT_BYTES,
+    cross_entropy: str = "fp32_copy",
 ) -> float:
-    """Forward bytes of softmax + cross-entropy over the TP-split vocabulary (fp32 math)."""
-    return tokens * model.vocab / layout.tp * (act_bytes + 4 + 4)
+    """HBM bytes of the softmax + cross-entropy over the TP-split vocabulary, forward and
+    backward together.
+
+    ``fp32_copy``: forward reads the logits, writes an fp32 copy and its fp32 softmax; backward
+    reads them again and writes the gradient (2 x (act + 8) B per logit). ``in_place`` (online
+    softmax): forward reads the logits once, backward reads them and writes the gradient over
+    them (3 x act B per logit).
+    """
+    per_logit = 3.0 * act_bytes if cross_entropy == "in_place" else 2.0 * (act_bytes + 8)
+    return tokens * model.vocab / layout.tp * per_logit
 
 
 def adam_bytes_per_param() -> float:

@@ -210,6 +210,14 @@ def state_bytes(
 
 
 def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
-    """Logits (bf16, or fp32) and their fp32 softmax for one micro-batch on the last stage."""
+    """Logits of one micro-batch on the last stage at the loss, bytes.
+
+    ``fp32_copy``: the logits (bf16, or fp32) and the fp32 softmax the loss keeps for
+    backward (Megatron's native fused vocab-parallel cross-entropy upcasts, PyTorch's
+    cross_entropy saves an fp32 log-softmax). ``in_place``: an online-softmax loss (Milakov and
+    Gimelshein 2018) keeps the logits plus a max and a sum per row and writes the gradient into
+    the logits in backward (Transformer Engine ``parallel_cross_entropy``).
+    """
     tokens = training.micro_batch * training.seq_len / layout.cp
-    return tokens * model.vocab / layout.tp * (training.act_bytes + 4)
+    per_element = training.act_bytes + (4 if training.cross_entropy == "fp32_copy" else 0)
+    return tokens * model.vocab / layout.tp * per_element

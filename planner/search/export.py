@@ -61,6 +61,7 @@ TRAINING_FIELDS = (
     "attention_kernel",
     "dropout",
     "grad_reduce_dtype",
+    "cross_entropy",
 )
 FILE_KEYS = ("model", "gpus", "layout", "training")
 
@@ -189,6 +190,8 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
         lines += ["--bf16", "--fp8-format hybrid"]
     if training.precision in ("bf16", "fp8") and training.grad_reduce_dtype == "fp32":
         lines.append("--accumulate-allreduce-grads-in-fp32")
+    if training.cross_entropy == "in_place":
+        lines += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl te"]
     if not training.dropout:
         lines += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
     if layout.overlap_tp_comm and layout.tp > 1:

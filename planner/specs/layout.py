@@ -15,6 +15,8 @@ TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
 Schedule = Literal["1f1b", "interleaved"]
 AttentionKernel = Literal["fused", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
+# How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
+CrossEntropy = Literal["fp32_copy", "in_place"]
 # Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
 RecomputeModule = Literal[
     "core_attn", "mla_up_proj", "moe_act", "mlp", "layernorm", "moe", "shared_experts"
@@ -101,6 +103,13 @@ class Training(_Frozen):
     dropout: bool = Field(default=False, description="hidden and attention dropout (GPT-3 era)")
     grad_reduce_dtype: GradDtype = Field(
         default="fp32", description="dtype of the gradient buffer and its DP reduction"
+    )
+    cross_entropy: CrossEntropy = Field(
+        default="fp32_copy",
+        description="fp32_copy: the loss upcasts the logits and keeps an fp32 softmax for "
+        "backward (PyTorch, Megatron's native fused loss); in_place: an online-softmax kernel "
+        "that keeps only the logits and writes their gradient into them (Transformer Engine "
+        "parallel_cross_entropy, Megatron --cross-entropy-fusion-impl te)",
     )
 
     @model_validator(mode="after")
