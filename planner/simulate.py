@@ -157,8 +157,25 @@ def _layer_costs(
         is_moe,
         layout.ep,
     )
-    host_f = host.stall_s(fwd, ops_f, dev.host_op_s)
-    host_b = host.stall_s(bwd, host.BACKWARD_OP_FACTOR * ops_f, dev.host_op_s)
+    if is_moe and model.moe.capacity_factor is None:
+        # dropless: the token counts' device-to-host copy drains the queue once per layer, so
+        # the host cannot carry a lead from the GPU-heavy attention into the launch-heavy
+        # experts: each side of the sync waits for its own slower party
+        ex = tuple(g for g in lf.gemms if g.name.startswith("expert_"))
+        ex_f, ex_b = compute.gemms_time_s(ex, dev)
+        act_f = e_f * (ew.mlp_act_bytes / ew.fwd_bytes if ew.fwd_bytes else 0.0)
+        after_f, after_b = imbalance * ex_f + act_f + ep_f, imbalance * ex_b + 2.0 * act_f + ep_b
+        ops_x = host.expert_ops(lf.gemms, training.precision == "fp8", layout.ep)
+        k = host.BACKWARD_OP_FACTOR
+        host_f = host.stall_s(fwd - after_f, ops_f - ops_x, dev.host_op_s) + host.stall_s(
+            after_f, ops_x, dev.host_op_s
+        )
+        host_b = host.stall_s(bwd - after_b, k * (ops_f - ops_x), dev.host_op_s) + host.stall_s(
+            after_b, k * ops_x, dev.host_op_s
+        )
+    else:
+        host_f = host.stall_s(fwd, ops_f, dev.host_op_s)
+        host_b = host.stall_s(bwd, host.BACKWARD_OP_FACTOR * ops_f, dev.host_op_s)
     fwd += host_f
     bwd += host_b
     recompute_s = recompute_flops = 0.0

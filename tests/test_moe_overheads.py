@@ -106,6 +106,34 @@ def test_host_overhead_slows_the_step_by_exactly_its_category(b200, qwen30):
     assert slow.time_breakdown_s["host_overhead"] == pytest.approx(extra, rel=0.05)
 
 
+def test_expert_ops_are_the_post_sync_share_of_the_layer():
+    g = (
+        Gemm("qkv", 4096, 1024, 1024),
+        Gemm("router", 4096, 128, 1024),
+        Gemm("expert_fc1", 256, 512, 1024, 16.0),
+        Gemm("expert_fc2", 256, 1024, 256, 16.0),
+    )
+    total = host.forward_ops(g, 10.0, True, 0.0, True, 8)
+    after = host.expert_ops(g, True, 8)
+    # 32 launches + 30 extra FP8 casts + the activation + post-sync routing + all-to-alls
+    assert after == pytest.approx(32 + 30 + 1 + host.MOE_POST_SYNC_OPS + host.MOE_EP_OPS)
+    assert 0 < after < total
+
+
+def test_dropless_sync_keeps_the_host_from_banking_attention_time(b200, qwen30):
+    """Dropless: the per-layer token-count sync splits the layer, so a launch-heavy expert
+    segment waits for the host even when the GPU-heavy attention would cover it; with static
+    (token-drop) shapes the host may carry its lead across the layer."""
+    layout = Layout(dp=8, ep=8)
+    training = Training(seq_len=4096, global_batch=512, micro_batch=4, precision="fp8")
+    prof = planner.default_profile(b200).with_host_op_us(40.0)
+    moe = qwen30.moe.model_copy(update={"capacity_factor": 1.0})
+    drop = qwen30.model_copy(update={"moe": moe})
+    dropless = planner.simulate(qwen30, b200, layout, training, prof)
+    static = planner.simulate(drop, b200, layout, training, prof)
+    assert dropless.time_breakdown_s["host_overhead"] > static.time_breakdown_s["host_overhead"]
+
+
 def test_large_dense_layers_never_wait_for_the_host(h100, llama70b):
     prof = planner.default_profile(h100).with_host_op_us(40.0)
     layout = Layout(tp=8, pp=4, dp=2, sequence_parallel=True)

@@ -17,6 +17,12 @@ host-bound too at small micro-batches (25.09: Qwen3-235B on 64 B200 at 4,104 tok
 the GPU-only model says 5,559), so the floor applies to every layer, sync or not: when issuing a
 layer takes longer than running it, running ahead across layers does not help.
 
+The sync also splits a dropless layer in two: before it, the attention block and the router
+(GPU-heavy, few launches); after it, the dispatch, the per-expert GEMMs and the combine
+(launch-heavy). The host cannot carry a lead across the sync, so each part waits for its own
+slower party: stall = max(0, host_before - GPU_before) + max(0, host_after - GPU_after), which
+is at least the whole-layer max(0, host - GPU) that token-drop layers get.
+
 The op counts below are estimates of what one layer issues, not measurements; the per-op host
 time (``CalibrationProfile.host.op_us``) is one global number fitted by
 ``calibration/fit_global.py``.
@@ -60,6 +66,21 @@ def forward_ops(
     if moe:
         ops += MOE_ROUTING_OPS + (MOE_EP_OPS if ep > 1 else 0.0)
     return ops
+
+
+# Of the routing ops, those issued after the device-to-host copy of the token counts: permute,
+# the chunk sort after the dispatch, unpermute and the combine's bookkeeping.
+MOE_POST_SYNC_OPS = 8.0
+
+
+def expert_ops(gemms: Iterable[Gemm], fp8: bool, ep: int) -> float:
+    """Ops a dropless MoE layer's forward issues after its token counts reach the host: the
+    routed experts' GEMM launches (and FP8 casts), their activation, the post-sync routing ops
+    and the dispatch / combine all-to-all."""
+    experts = [g for g in gemms if g.name.startswith("expert_")]
+    launches = sum(g.count for g in experts)
+    casts = sum(g.count - 1.0 for g in experts if fp8)
+    return launches + casts + 1.0 + MOE_POST_SYNC_OPS + (MOE_EP_OPS if ep > 1 else 0.0)
 
 
 def stall_s(gpu_s: float, ops: float, op_s: float) -> float:
