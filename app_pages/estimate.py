@@ -52,6 +52,7 @@ DEFAULTS = {
     "est_overlap_dp": True,
     "est_overlap_ep": False,
     "est_cuda_graphs": False,
+    "est_in_place_loss": False,
     "est_recompute_modules": ["core_attn"],
 }
 
@@ -358,7 +359,7 @@ def body() -> None:
                 key="est_recompute_modules",
             )
         )
-    cols = st.columns(5)
+    cols = st.columns(6)
     sp = cols[0].checkbox("sequence parallel", key="est_sp")
     overlap_tp = cols[1].checkbox("overlap TP communication", key="est_overlap_tp")
     overlap_dp = cols[2].checkbox("overlap DP gradient reduction", key="est_overlap_dp")
@@ -372,6 +373,13 @@ def body() -> None:
         key="est_cuda_graphs",
         help="kernels replayed from graphs: the host never holds the GPU back "
         "(host overhead 0 instead of the profile's cost per framework op)",
+    )
+    in_place_loss = cols[5].checkbox(
+        "in-place loss",
+        key="est_in_place_loss",
+        help="online-softmax cross-entropy that writes the gradient into the logits "
+        "(Transformer Engine; Megatron --cross-entropy-fusion-impl te): logits memory 2 B "
+        "instead of 6 B per element",
     )
     if model is None:
         return
@@ -414,6 +422,7 @@ def body() -> None:
             recompute=recompute,
             recompute_modules=modules,
             precision=precision,
+            cross_entropy="in_place" if in_place_loss else "fp32_copy",
         )
     except ValidationError as exc:
         st.error(c.one_line(pydantic_error_to_planner(exc, "layout")))

@@ -181,6 +181,15 @@ def _candidates(
             _layout(L, overlap_zero3_param_gather=True),
         )
 
+    # loss kernel
+    if T.cross_entropy == "fp32_copy":
+        add(
+            "in-place cross-entropy",
+            "online-softmax loss that keeps only the logits and writes their gradient into them "
+            "(Megatron --cross-entropy-loss-fusion --cross-entropy-fusion-impl te)",
+            tr=_training(T, cross_entropy="in_place"),
+        )
+
     # precision
     if T.precision in ("bf16", "fp16"):
         name, desc = "fp8", "FP8 GEMMs with Transformer Engine (Megatron --fp8-format hybrid)"

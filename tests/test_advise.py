@@ -43,6 +43,16 @@ def test_selective_recompute_gains_and_costs_memory(levers) -> None:
     assert lv.training.recompute == "selective"
 
 
+def test_in_place_loss_saves_logits_memory(case, levers) -> None:
+    lv = _by_name(levers)["in-place cross-entropy"]
+    assert lv.training.cross_entropy == "in_place"
+    assert lv.memory_change_gib is not None and lv.memory_change_gib <= 0
+    assert lv.gain_pct is not None and lv.gain_pct >= 0
+    model, cluster, layout, training = case
+    done = training.model_copy(update={"cross_entropy": "in_place"})
+    assert "in-place cross-entropy" not in _by_name(advise(model, cluster, layout, done))
+
+
 def test_sequence_parallel_reduces_memory(levers) -> None:
     lv = _by_name(levers)["sequence parallel"]
     assert lv.layout.sequence_parallel

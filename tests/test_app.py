@@ -135,6 +135,16 @@ def test_estimate_cuda_graphs_remove_host_overhead() -> None:
     assert _metric(at, "Tokens/s") != before
 
 
+def test_estimate_in_place_loss_lowers_memory() -> None:
+    at = _app(est_pp=1, est_tp=1, est_gpus=8, est_model="llama3.1-8b")
+    _ok(at)
+    before = _metric(at, "Memory per GPU")
+    at.checkbox(key="est_in_place_loss").check().run()
+    _ok(at)
+    after = _metric(at, "Memory per GPU")
+    assert float(after.split()[0]) < float(before.split()[0]), (before, after)
+
+
 def test_estimate_illegal_tp_explains_valid_values() -> None:
     at = _app()
     at.number_input(key="est_tp").set_value(3).run()

@@ -89,6 +89,21 @@ def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["cluster"]["id"] == "dgx-h100"
 
 
+def test_cross_entropy_flag_reaches_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    logits = {}
+    for kind in ("fp32_copy", "in_place"):
+        assert main([*_simulate_8("llama3.1-8b"), "--cross-entropy", kind, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["training"]["cross_entropy"] == kind
+        logits[kind] = data["memory_breakdown_gib"]["logits"]
+    assert logits["in_place"] == pytest.approx(logits["fp32_copy"] / 3)
+    with pytest.raises(SystemExit) as exc:
+        main([*_simulate_8("llama3.1-8b"), "--cross-entropy", "fused"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--cross-entropy" in err and "in_place" in err and "Traceback" not in err
+
+
 def test_dp_derived_and_explicit_agree(capsys: pytest.CaptureFixture[str]) -> None:
     base = [*SMALL, "--gpus", "16", "--tp", "2", "--global-batch", "64", "--json"]
     assert main(base) == 0
