@@ -37,6 +37,7 @@ CATEGORY_LABELS = {
     "pp_comm": "PP comm",
     "dp_comm": "DP comm (exposed)",
     "host_overhead": "waiting for host",
+    "activation_offload": "activation offload (exposed)",
     "pipeline_bubble": "pipeline bubble",
     "optimizer": "optimizer step",
     "weights": "weights",

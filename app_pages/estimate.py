@@ -53,6 +53,7 @@ DEFAULTS = {
     "est_overlap_ep": False,
     "est_cuda_graphs": False,
     "est_in_place_loss": False,
+    "est_offload_layers": 0,
     "est_recompute_modules": ["core_attn"],
 }
 
@@ -359,6 +360,18 @@ def body() -> None:
                 key="est_recompute_modules",
             )
         )
+    offload = 0
+    if recompute == "none" and pp == 1:
+        offload = int(
+            st.number_input(
+                "offload activations of this many layers to host memory",
+                min_value=0,
+                step=1,
+                key="est_offload_layers",
+                help="Megatron-Core --cpu-offloading-num-layers (pp 1, no recompute): each "
+                "layer's copy over PCIe / NVLink-C2C hides behind the next layer's compute",
+            )
+        )
     cols = st.columns(6)
     sp = cols[0].checkbox("sequence parallel", key="est_sp")
     overlap_tp = cols[1].checkbox("overlap TP communication", key="est_overlap_tp")
@@ -423,6 +436,7 @@ def body() -> None:
             recompute_modules=modules,
             precision=precision,
             cross_entropy="in_place" if in_place_loss else "fp32_copy",
+            offload_layers=offload,
         )
     except ValidationError as exc:
         st.error(c.one_line(pydantic_error_to_planner(exc, "layout")))

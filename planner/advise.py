@@ -181,6 +181,20 @@ def _candidates(
             _layout(L, overlap_zero3_param_gather=True),
         )
 
+    # activation offloading (Megatron-Core: pp 1, no recompute)
+    if T.offload_layers == 0 and T.recompute == "none":
+        n = model.layers // 2
+        desc = (
+            f"offload the activations of {n} layers to host memory "
+            f"(Megatron --cpu-offloading --cpu-offloading-num-layers {n})"
+        )
+        if L.pp > 1:
+            add(f"offload {n} layers", desc, reason="Megatron-Core offloads only with pp 1")
+        elif cluster.accelerator.host_link_gb_per_s is None:
+            add(f"offload {n} layers", desc, reason="no host link bandwidth in the spec")
+        else:
+            add(f"offload {n} layers", desc, tr=_training(T, offload_layers=n))
+
     # loss kernel
     if T.cross_entropy == "fp32_copy":
         add(

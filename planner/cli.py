@@ -96,6 +96,13 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         help="dtype of the gradient buffer and its DP reduction",
     )
     p.add_argument(
+        "--offload-layers",
+        type=int,
+        default=0,
+        help="layers whose activations go to host memory in forward (Megatron-Core "
+        "--cpu-offloading-num-layers; pp 1 and no recompute)",
+    )
+    p.add_argument(
         "--cross-entropy",
         choices=("fp32_copy", "in_place"),
         default="fp32_copy",
@@ -278,6 +285,7 @@ def _training_from_flags(args: argparse.Namespace) -> planner.Training:
         dropout=args.dropout,
         grad_reduce_dtype=args.grad_reduce_dtype,
         cross_entropy=args.cross_entropy,
+        offload_layers=args.offload_layers,
     )
 
 

@@ -466,8 +466,9 @@ ROWS = (
     RowSpec(
         "idle",
         ("idle",),
-        ("pipeline_bubble", "host_overhead"),
-        "device idle: pipeline bubble and waiting for the host, but also data loading",
+        ("pipeline_bubble", "host_overhead", "activation_offload"),
+        "device idle: pipeline bubble, waiting for the host or for offloaded activations, "
+        "but also data loading",
     ),
     RowSpec(
         "other (memcpy, other collectives, unclassified)",

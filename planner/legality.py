@@ -90,3 +90,39 @@ def check_layout(
             f"a multiple of {per_step}",
         )
     cluster.accelerator.peak_flops_per_s(training.precision)  # raises if unsupported
+    _check_offload(model, cluster, layout, training)
+
+
+def _check_offload(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training) -> None:
+    """Activation offloading as Megatron-Core allows it (TransformerConfig): fewer layers than
+    the model has, no pipeline parallelism, no activation recompute; and a known host link."""
+    n = training.offload_layers
+    if n == 0:
+        return
+    if n >= model.layers:
+        raise PlannerError(
+            "training.offload_layers",
+            f"offload_layers={n} but the model has {model.layers} layers",
+            f"0 to {model.layers - 1}",
+        )
+    if layout.pp > 1:
+        raise PlannerError(
+            "training.offload_layers",
+            f"activation offloading with pp={layout.pp}: Megatron-Core supports it only "
+            "without pipeline parallelism",
+            "pp 1, or offload_layers 0",
+        )
+    if training.recompute != "none":
+        raise PlannerError(
+            "training.offload_layers",
+            f"activation offloading with recompute {training.recompute}: Megatron-Core does "
+            "not combine them",
+            "recompute none, or offload_layers 0",
+        )
+    if cluster.accelerator.host_link_gb_per_s is None:
+        raise PlannerError(
+            "training.offload_layers",
+            f"{cluster.accelerator.name} has no host link bandwidth in its spec "
+            "(host_link_gb_per_s)",
+            "offload_layers 0, or a spec with host_link_gb_per_s",
+        )

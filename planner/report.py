@@ -23,6 +23,7 @@ TIME_CATEGORIES = (
     "pp_comm",
     "dp_comm",
     "host_overhead",
+    "activation_offload",
     "pipeline_bubble",
     "optimizer",
 )

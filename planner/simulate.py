@@ -9,7 +9,7 @@ from planner.legality import check_layout
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.specs.blocks import AttentionMixer, LayerSpec, MoEMLP
-from planner.specs.hardware import Cluster
+from planner.specs.hardware import AcceleratorSpec, Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -224,6 +224,32 @@ def _mean(costs: list[tuple[_Layer, float]]) -> dict[str, float]:
     return {k: sum(getattr(c, k) * w for c, w in costs) for k in keys}
 
 
+# Achieved over peak host-link bandwidth: nvbandwidth on 8 x H200 measures 55.4 GB/s
+# host-to-device and 55.1 GB/s device-to-host on PCIe Gen5 x16 (63 GB/s; shared/reference
+# hardware.md A3).
+HOST_LINK_EFFICIENCY = 0.88
+
+
+def offload_exposed_s(
+    model: ModelSpec,
+    layout: Layout,
+    training: Training,
+    kinds: list[tuple[LayerSpec, float]],
+    per_layer: dict[str, float],
+    accel: AcceleratorSpec,
+) -> float:
+    """Exposed seconds of offloading one layer's activations, per micro-batch.
+
+    Transformer Engine's CPU offload copies layer i's saved tensors to the host while layer
+    i + 1 runs forward and brings them back one layer ahead in backward: each copy hides behind
+    one layer's compute and the excess shows.
+    """
+    assert accel.host_link_gb_per_s is not None  # legality
+    act = sum(w * memory.layer_activation_bytes(model, layout, training, k) for k, w in kinds)
+    copy = act / (accel.host_link_gb_per_s * 1e9 * HOST_LINK_EFFICIENCY)
+    return max(0.0, copy - per_layer["fwd"]) + max(0.0, copy - per_layer["bwd"])
+
+
 def default_assumptions(layout: Layout, training: Training) -> list[str]:
     """Modelling assumptions that apply to this run, printed with the report."""
     kernel = {
@@ -238,6 +264,11 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
         if training.cross_entropy == "in_place"
         else "loss: cross-entropy keeps an fp32 softmax of the logits",
     ]
+    if training.offload_layers:
+        notes.append(
+            f"activations of {training.offload_layers} layers offloaded to host memory; each "
+            "copy hides behind one layer's compute"
+        )
     if layout.ep > 1:
         notes.append(f"expert tensor parallel size = {layout.expert_tp}; balanced routing")
     if layout.overlap_tp_comm:
@@ -412,12 +443,17 @@ def simulate_step(
             "pp_comm": pp_s,
             "dp_comm": dp_per_mb,
             "host_overhead": n_layers * per_layer["host"],
+            "activation_offload": 0.0,
         }
         for key, value in edge.items():
             cats[key] += value
         return cats
 
     emb = {"compute_memory_bound": emb_s}
+    if training.offload_layers:
+        emb["activation_offload"] = training.offload_layers * offload_exposed_s(
+            model, layout, training, kinds, per_layer, accel
+        )
     head = {"compute_logits_loss": logits_s}
     for key, value in mtp.items():
         head[key] = head.get(key, 0.0) + value
@@ -488,6 +524,9 @@ def simulate_step(
         pipeline.layers_on_edge_stage(model.layers, layout.pp) if layout.pp > 1 else model.layers
     )
     in_flight = memory.layers_in_flight(first_layers, layout.pp, vpp, m)
+    if training.offload_layers:
+        # offloaded layers leave the GPU but for the one in transit (pp is 1: legality)
+        in_flight -= training.offload_layers - 1
     activations = act_layer * in_flight
     if training.recompute == "full":
         no_recompute = training.model_copy(update={"recompute": "none"})

@@ -63,6 +63,8 @@ FORWARD_SHARE = {
     "ep_comm": 0.5,
     "pp_comm": 0.5,
     "host_overhead": 1.0 / 3.0,
+    # drawn in the forward: reloads hide behind backward layers, twice as long
+    "activation_offload": 1.0,
 }
 PER_MICROBATCH = tuple(FORWARD_SHARE)
 ROUNDING = 1e-12  # relative: shorter idle than this is float rounding, not a bubble
@@ -274,6 +276,7 @@ def _op_segments(
             ("ep_comm", "ep_comm", "all-to-all ep (dispatch + combine)"),
             ("compute", "compute_logits_loss", "logits + loss"),
             ("compute", "host_overhead", "waiting for the host (launch-bound)"),
+            ("compute", "activation_offload", "waiting for activation offload to host"),
         ]
     else:
         dp_name = (

@@ -153,6 +153,19 @@ def recompute_ladder(model: ModelSpec, training: Training) -> list[Training]:
     ]
 
 
+# "offloads activations of 40 layers" in a case's notes (schema v1 has no field)
+_OFFLOAD_STATED = re.compile(
+    r"offload(?:s|ing)?\s+(?:the\s+)?activations\s+of\s+(\d+)\s+layers", re.I
+)
+
+
+def stated_offload_layers(case: Case) -> int:
+    """Layers whose activations the run offloaded to host memory, where its notes say so
+    (Megatron-Bridge ``cpu_offloading_num_layers``), else 0."""
+    m = _OFFLOAD_STATED.search(case.notes)
+    return int(m.group(1)) if m else 0
+
+
 def stated_mtp_layers(case: Case) -> int:
     """Multi-token-prediction depth a case states in its notes or id (schema v1 has no field):
     1 (DeepSeek-V3's depth) where the run is said to train "with MTP", else the model's own."""
@@ -191,6 +204,10 @@ def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[
         **framework_kernels(case.framework, case.source),
         **framework_recompute(case.framework, case.model, t.recompute),
     )
+    offload = stated_offload_layers(case)
+    if offload:
+        training = training.model_copy(update={"offload_layers": offload})
+        notes.append(f"activations of {offload} layers offloaded to host memory (the case says so)")
     if training.recompute_modules:
         notes.append(
             "selective recompute of " + ", ".join(training.recompute_modules) + " (recipe default)"

@@ -145,6 +145,20 @@ def test_estimate_in_place_loss_lowers_memory() -> None:
     assert float(after.split()[0]) < float(before.split()[0]), (before, after)
 
 
+def test_estimate_offload_lowers_memory_and_explains_limits() -> None:
+    at = _app(est_pp=1, est_tp=1, est_gpus=8, est_model="llama3.1-8b")
+    _ok(at)
+    before = _metric(at, "Memory per GPU")
+    at.number_input(key="est_offload_layers").set_value(16).run()
+    _ok(at)
+    after = _metric(at, "Memory per GPU")
+    assert float(after.split()[0]) < float(before.split()[0]), (before, after)
+    at.number_input(key="est_offload_layers").set_value(32).run()
+    _ok(at)
+    (err,) = _errors(at)
+    assert "offload_layers" in err and "32 layers" in err
+
+
 def test_estimate_illegal_tp_explains_valid_values() -> None:
     at = _app()
     at.number_input(key="est_tp").set_value(3).run()

@@ -73,6 +73,12 @@ CASES = [
         planner.Training(seq_len=4096, global_batch=32, micro_batch=1, precision="fp8"),
     ),
     (
+        "offload-activations",
+        "llama3.1-8b",
+        planner.Layout(tp=1, pp=1, dp=8, zero=1),
+        planner.Training(seq_len=4096, global_batch=32, micro_batch=2, offload_layers=16),
+    ),
+    (
         "no-dp-overlap",
         "gpt3-1.3b",
         planner.Layout(tp=1, pp=1, dp=8, zero=1, overlap_dp_grad_reduce=False),
@@ -88,6 +94,8 @@ def case(request: pytest.FixtureRequest, h100: planner.Cluster) -> tuple[Any, ..
     report = planner.simulate(model, h100, layout, training)
     if request.param[0].startswith("moe-host-bound"):
         assert report.time_breakdown_s["host_overhead"] > 0  # the case exercises the category
+    if request.param[0].startswith("offload"):
+        assert report.time_breakdown_s["activation_offload"] > 0
     return model, layout, training, report, build_timeline(report, layout, training)
 
 

@@ -62,6 +62,7 @@ TRAINING_FIELDS = (
     "dropout",
     "grad_reduce_dtype",
     "cross_entropy",
+    "offload_layers",
 )
 FILE_KEYS = ("model", "gpus", "layout", "training")
 
@@ -190,6 +191,8 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
         lines += ["--bf16", "--fp8-format hybrid"]
     if training.precision in ("bf16", "fp8") and training.grad_reduce_dtype == "fp32":
         lines.append("--accumulate-allreduce-grads-in-fp32")
+    if training.offload_layers:
+        lines += ["--cpu-offloading", f"--cpu-offloading-num-layers {training.offload_layers}"]
     if training.cross_entropy == "in_place":
         lines += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl te"]
     if not training.dropout:

@@ -36,6 +36,12 @@ class AcceleratorSpec(_Frozen):
     )
     hbm_bandwidth_tb_per_s: float = Field(gt=0, description="peak HBM bandwidth, TB/s (1e12 B/s)")
     tdp_w: float | None = Field(default=None, gt=0, description="board power, W (None: unknown)")
+    host_link_gb_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="GPU <-> host memory bandwidth per GPU, each way, GB/s (PCIe or NVLink-C2C; "
+        "None: unknown, no activation offloading)",
+    )
     profile: str = Field(description="id of the default calibration profile (calibration/profiles)")
     sources: list[str] = Field(min_length=1)
 

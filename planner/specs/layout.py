@@ -104,6 +104,12 @@ class Training(_Frozen):
     grad_reduce_dtype: GradDtype = Field(
         default="fp32", description="dtype of the gradient buffer and its DP reduction"
     )
+    offload_layers: int = Field(
+        default=0,
+        ge=0,
+        description="layers whose activations are copied to host memory in forward and back "
+        "in backward (Megatron-Core --cpu-offloading-num-layers; Transformer Engine CPU offload)",
+    )
     cross_entropy: CrossEntropy = Field(
         default="fp32_copy",
         description="fp32_copy: the loss upcasts the logits and keeps an fp32 softmax for "
