@@ -9,7 +9,7 @@ from planner.legality import check_layout
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.specs.blocks import AttentionMixer, LayerSpec, MoEMLP
-from planner.specs.hardware import AcceleratorSpec, Cluster
+from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -62,13 +62,15 @@ def _layer_costs(
     g_f, g_b = compute.gemms_time_s(lf.gemms, dev)
     is_moe = isinstance(layer.mlp, MoEMLP) and model.moe is not None
     imbalance = moe_imbalance(model) if is_moe else 1.0
-    if imbalance > 1.0:
-        # the slowest EP rank sets the pace: its experts see imbalance x the mean tokens
-        ex_f, ex_b = compute.gemms_time_s(
-            tuple(g for g in lf.gemms if g.name.startswith("expert_")), dev
-        )
-        g_f += (imbalance - 1.0) * ex_f
-        g_b += (imbalance - 1.0) * ex_b
+    # routed experts' GEMM seconds (mean load), forward and backward
+    ex_f, ex_b = (
+        compute.gemms_time_s(tuple(g for g in lf.gemms if g.name.startswith("expert_")), dev)
+        if is_moe
+        else (0.0, 0.0)
+    )
+    # the slowest EP rank sets the pace: its experts see imbalance x the mean tokens
+    g_f += (imbalance - 1.0) * ex_f
+    g_b += (imbalance - 1.0) * ex_b
     attention = isinstance(layer.mixer, AttentionMixer)
     if not attention:
         a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev, 2.0)
@@ -161,8 +163,6 @@ def _layer_costs(
         # dropless: the token counts' device-to-host copy drains the queue once per layer, so
         # the host cannot carry a lead from the GPU-heavy attention into the launch-heavy
         # experts: each side of the sync waits for its own slower party
-        ex = tuple(g for g in lf.gemms if g.name.startswith("expert_"))
-        ex_f, ex_b = compute.gemms_time_s(ex, dev)
         act_f = e_f * (ew.mlp_act_bytes / ew.fwd_bytes if ew.fwd_bytes else 0.0)
         after_f, after_b = imbalance * ex_f + act_f + ep_f, imbalance * ex_b + 2.0 * act_f + ep_b
         ops_x = host.expert_ops(lf.gemms, training.precision == "fp8", layout.ep)
@@ -231,22 +231,16 @@ HOST_LINK_EFFICIENCY = 0.88
 
 
 def offload_exposed_s(
-    model: ModelSpec,
-    layout: Layout,
-    training: Training,
-    kinds: list[tuple[LayerSpec, float]],
-    per_layer: dict[str, float],
-    accel: AcceleratorSpec,
+    act_layer_bytes: float, per_layer: dict[str, float], host_link_gb_per_s: float
 ) -> float:
-    """Exposed seconds of offloading one layer's activations, per micro-batch.
+    """Exposed seconds of offloading one layer's activations (``act_layer_bytes``), per
+    micro-batch.
 
     Transformer Engine's CPU offload copies layer i's saved tensors to the host while layer
     i + 1 runs forward and brings them back one layer ahead in backward: each copy hides behind
     one layer's compute and the excess shows.
     """
-    assert accel.host_link_gb_per_s is not None  # legality
-    act = sum(w * memory.layer_activation_bytes(model, layout, training, k) for k, w in kinds)
-    copy = act / (accel.host_link_gb_per_s * 1e9 * HOST_LINK_EFFICIENCY)
+    copy = act_layer_bytes / (host_link_gb_per_s * 1e9 * HOST_LINK_EFFICIENCY)
     return max(0.0, copy - per_layer["fwd"]) + max(0.0, copy - per_layer["bwd"])
 
 
@@ -450,9 +444,14 @@ def simulate_step(
         return cats
 
     emb = {"compute_memory_bound": emb_s}
+    # activation bytes one micro-batch keeps per layer (mean over the layer kinds)
+    act_layer = sum(
+        w * memory.layer_activation_bytes(model, layout, training, layer) for layer, w in kinds
+    )
     if training.offload_layers:
+        assert accel.host_link_gb_per_s is not None  # check_layout
         emb["activation_offload"] = training.offload_layers * offload_exposed_s(
-            model, layout, training, kinds, per_layer, accel
+            act_layer, per_layer, accel.host_link_gb_per_s
         )
     head = {"compute_logits_loss": logits_s}
     for key, value in mtp.items():
@@ -517,9 +516,6 @@ def simulate_step(
     hfu = 100.0 * (mf_tok - per_tok_attn_saving + recompute_per_tok) * tps / (gpus * peak)
 
     # ---- memory ---------------------------------------------------------------------------
-    act_layer = sum(
-        w * memory.layer_activation_bytes(model, layout, training, layer) for layer, w in kinds
-    )
     first_layers = (
         pipeline.layers_on_edge_stage(model.layers, layout.pp) if layout.pp > 1 else model.layers
     )
