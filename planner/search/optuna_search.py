@@ -455,7 +455,8 @@ def _space_axes(space: SearchSpace) -> dict[str, Any]:
 
 def run_worker(cfg: WorkerConfig) -> int:
     """Join the study in ``cfg.storage`` and run trials until it holds ``cfg.trials`` COMPLETE
-    ones (counting every worker's); returns how many trials this worker ran."""
+    ones (counting every worker's), at least one of them this worker's (a worker that starts
+    after the others have finished still reports in); returns how many trials it ran."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     model = ModelSpec.model_validate(cfg.model)
     cluster = Cluster.model_validate(cfg.cluster)
@@ -472,7 +473,7 @@ def run_worker(cfg: WorkerConfig) -> int:
     _check_fingerprint(study, _fingerprint(evaluator, training, space), str(cfg.storage[1]))
     fn = _Objective(enc, evaluator, training, cfg.rank)
     ran = 0
-    while _complete(study) < cfg.trials:
+    while ran == 0 or _complete(study) < cfg.trials:
         study.optimize(fn, n_trials=1)
         ran += 1
     return ran
