@@ -129,6 +129,12 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         "when pp > 1)",
     )
     p.add_argument(
+        "--pp-scatter-gather",
+        action="store_true",
+        help="send 1/tp of each pipeline message per TP rank and all-gather it on arrival "
+        "(Megatron-LM 2021 --scatter-gather-tensors-in-pipeline)",
+    )
+    p.add_argument(
         "--no-overlap-zero3",
         action="store_true",
         help="do not overlap the ZeRO-3 parameter all-gather",
@@ -253,6 +259,7 @@ def _layout_from_flags(args: argparse.Namespace) -> planner.Layout:
         overlap_dp_grad_reduce=not args.no_overlap_dp,
         overlap_tp_comm=args.overlap_tp,
         overlap_ep_comm=args.overlap_ep,
+        pp_scatter_gather=args.pp_scatter_gather,
         overlap_zero3_param_gather=not args.no_overlap_zero3,
     )
 

@@ -346,9 +346,15 @@ def simulate_step(
     # ---- pipeline point-to-point: one send forward and one backward per virtual stage ----
     pp_s = 0.0
     if layout.pp > 1:
-        seq_split = layout.tp if layout.sequence_parallel else 1
-        msg = tokens * model.hidden * training.act_bytes / seq_split
-        pp_s = 2.0 * vpp * comms.collective_time_s("send_recv", msg, groups.pp, fabric)
+        full = tokens * model.hidden * training.act_bytes
+        split = layout.sequence_parallel or layout.pp_scatter_gather
+        hop = comms.collective_time_s(
+            "send_recv", full / layout.tp if split else full, groups.pp, fabric
+        )
+        if layout.pp_scatter_gather and not layout.sequence_parallel:
+            # the receiver rebuilds the full activation from the TP ranks' slices
+            hop += comms.collective_time_s("all_gather", full, groups.tp, fabric)
+        pp_s = 2.0 * vpp * hop
 
     # ---- parameters held per GPU (bottleneck stage) --------------------------------------
     stage_layers = float(layer_max)

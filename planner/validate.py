@@ -66,20 +66,33 @@ class Case(_Strict):
     notes: str = ""
 
 
-def framework_overlaps(framework: str, sequence_parallel: bool, tp: int) -> dict[str, bool]:
-    """Overlap switches a framework turns on by default in its published performance recipes.
+def framework_overlaps(
+    framework: str, sequence_parallel: bool, tp: int, source: str = ""
+) -> dict[str, bool]:
+    """Overlap and communication switches a framework used by default in its published runs.
 
     NeMo and Megatron-Bridge performance recipes enable Transformer Engine TP communication
     overlap with sequence parallelism (NeMo ``tp_comm_overlap``); Megatron-LM leaves it opt-in
-    (``--tp-comm-overlap``); all overlap DP gradient reduction.
+    (``--tp-comm-overlap``); all overlap DP gradient reduction. Megatron-LM up to 2022
+    scattered pipeline messages over the TP ranks (``--scatter-gather-tensors-in-pipeline``,
+    default on; Narayanan et al. 2021, section 4.1); Megatron-Core dropped it for sequence
+    parallelism.
     """
     fw = framework.lower()
     tp_overlap = sequence_parallel and tp > 1 and ("nemo" in fw or "bridge" in fw)
+    legacy_megatron = _published_by_2022(source) and "megatron" in fw and "deepspeed" not in fw
     return {
         "overlap_tp_comm": tp_overlap,
         "overlap_dp_grad_reduce": True,
         "overlap_zero3_param_gather": True,
+        "pp_scatter_gather": legacy_megatron,
     }
+
+
+def _published_by_2022(source: str) -> bool:
+    """True when the earliest year a source cites is 2022 or before."""
+    years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", source)]
+    return bool(years) and min(years) <= 2022
 
 
 def framework_kernels(framework: str, source: str) -> dict[str, Any]:
@@ -92,8 +105,7 @@ def framework_kernels(framework: str, source: str) -> dict[str, Any]:
     (``grad_reduce_in_fp32=False``).
     """
     fw = framework.lower()
-    years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", source)]
-    legacy = (years and min(years) <= 2022) or "deepspeed" in fw
+    legacy = _published_by_2022(source) or "deepspeed" in fw
     if legacy:
         return {"attention_kernel": "unfused", "dropout": True}
     if "foundry" in fw:
@@ -192,7 +204,7 @@ def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[
         vpp=lay.vpp,
         sequence_parallel=lay.sequence_parallel,
         zero=lay.zero,
-        **framework_overlaps(case.framework, lay.sequence_parallel, lay.tp),
+        **framework_overlaps(case.framework, lay.sequence_parallel, lay.tp, case.source),
     )
     t = case.training
     training = Training(

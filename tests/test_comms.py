@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import planner
 from planner.costs import comms
 from planner.costs.comms import Fabric, Placement
 
@@ -196,3 +197,35 @@ def test_make_fabric_uses_cluster_links(h100):
     assert f.out_bytes_per_s == pytest.approx(50e9 * prof.comm.scale_out_eta)
     assert f.up_latency_s == pytest.approx(h100.spec.scale_up_latency_us * 1e-6)
     assert f.out_latency_s == pytest.approx(h100.spec.scale_out_latency_us * 1e-6)
+
+
+def test_pipeline_scatter_gather_splits_the_message_over_tp():
+    """Narayanan et al. 2021, section 4.1: without sequence parallelism each TP rank sends 1/tp
+    of the activation across the pipeline and the receiver all-gathers it over NVLink."""
+    model = planner.load_model("gpt3-175b")
+    a100 = planner.load_cluster("dgx-a100-80gb")
+    tr = planner.Training(seq_len=2048, global_batch=64, micro_batch=1)
+    plain = planner.Layout(tp=8, pp=8, dp=1)
+    sg = plain.model_copy(update={"pp_scatter_gather": True})
+    full = planner.simulate(model, a100, plain, tr).time_breakdown_s["pp_comm"]
+    split = planner.simulate(model, a100, sg, tr).time_breakdown_s["pp_comm"]
+    assert 0 < split < full / 2
+    # with sequence parallelism the message is already split: the switch changes nothing
+    sp = plain.model_copy(update={"sequence_parallel": True})
+    sp_sg = sp.model_copy(update={"pp_scatter_gather": True})
+    assert planner.simulate(model, a100, sp, tr).time_breakdown_s["pp_comm"] == pytest.approx(
+        planner.simulate(model, a100, sp_sg, tr).time_breakdown_s["pp_comm"]
+    )
+
+
+def test_legacy_megatron_runs_scatter_pipeline_messages():
+    from planner.validate import framework_overlaps
+
+    assert framework_overlaps("megatron-lm", False, 8, "Narayanan et al. 2021, SC21")[
+        "pp_scatter_gather"
+    ]
+    assert not framework_overlaps("megatron-lm", False, 8, "Megatron-Core 2024 recipe")[
+        "pp_scatter_gather"
+    ]
+    assert not framework_overlaps("megatron-deepspeed", False, 4, "BLOOM 2022")["pp_scatter_gather"]
+    assert not framework_overlaps("nemo", True, 8, "NeMo 24.07")["pp_scatter_gather"]

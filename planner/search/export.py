@@ -50,6 +50,7 @@ LAYOUT_FIELDS = (
     "overlap_tp_comm",
     "overlap_ep_comm",
     "overlap_zero3_param_gather",
+    "pp_scatter_gather",
 )
 TRAINING_FIELDS = (
     "seq_len",

@@ -50,6 +50,13 @@ class Layout(_Frozen):
         description="hide the MoE dispatch/combine all-to-all behind another micro-batch's "
         "compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs vpp >= 2 when pp > 1)",
     )
+    pp_scatter_gather: bool = Field(
+        default=False,
+        description="each TP rank sends 1/tp of the pipeline activation and the receiving "
+        "stage all-gathers it over the scale-up fabric (Megatron-LM 2021 "
+        "--scatter-gather-tensors-in-pipeline, Narayanan et al. 2021 section 4.1); sequence "
+        "parallelism splits the message anyway",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
