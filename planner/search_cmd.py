@@ -51,6 +51,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
     p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16")
     p.add_argument(
+        "--cross-entropy",
+        choices=("fp32_copy", "in_place"),
+        default="fp32_copy",
+        help="loss kernel of every candidate (see planner simulate --help)",
+    )
+    p.add_argument(
         "--objective",
         choices=OBJECTIVES,
         default="tokens_per_s",
@@ -214,6 +220,7 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 args.global_batch,
                 seq_len=args.seq_len,
                 precision=args.precision,
+                cross_entropy=args.cross_entropy,
                 objective=args.objective,
                 tokens=args.tokens,
                 method=args.method,

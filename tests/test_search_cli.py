@@ -278,3 +278,18 @@ def test_simulate_layout_without_training_needs_global_batch(
 def test_simulate_without_gpus_or_layout(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--global-batch", "8"]
     assert "--gpus" in _error(capsys, argv)
+
+
+def test_cross_entropy_reaches_every_candidate_and_the_export(tmp_path: Path) -> None:
+    """The in-place loss moves less and keeps less: the best layout is never slower than with
+    the fp32 copy, and the chosen loss reaches the best layout and the exported file."""
+    small = ["search", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    small += ["--global-batch", "32", "--method", "exhaustive", "--json", "--top", "3"]
+    copy = _run_json(small)
+    inplace = _run_json([*small, "--cross-entropy", "in_place", "--export-dir", str(tmp_path)])
+    assert inplace["best"]["score"] >= copy["best"]["score"]
+    assert inplace["best"]["training"]["cross_entropy"] == "in_place"
+    assert copy["best"]["training"]["cross_entropy"] == "fp32_copy"
+    _, training, _ = load_layout_file(tmp_path / "layout.yaml")
+    assert training is not None
+    assert training.cross_entropy == "in_place"

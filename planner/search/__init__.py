@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.errors import PlannerError
+from pydantic import ValidationError
+
+from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.search.evaluate import Evaluated, Evaluator, Objective
 from planner.search.exhaustive import count_candidates, exhaustive
@@ -67,6 +69,7 @@ def search(
     global_batch: int,
     seq_len: int = 4096,
     precision: str = "bf16",
+    cross_entropy: str = "fp32_copy",
     objective: Objective = "tokens_per_s",
     tokens: float | None = None,
     method: str = "auto",
@@ -100,7 +103,15 @@ def search(
     from planner import default_profile
 
     prof = profile or default_profile(cluster)
-    training = Training(seq_len=seq_len, global_batch=global_batch, precision=precision)
+    try:
+        training = Training(
+            seq_len=seq_len,
+            global_batch=global_batch,
+            precision=precision,
+            cross_entropy=cross_entropy,
+        )
+    except ValidationError as exc:
+        raise pydantic_error_to_planner(exc, "training") from None
     space = space or default_space(model, cluster, counts, seq_len)
     evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens)
     start = time.perf_counter()

@@ -645,6 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--global-batch", type=int, required=True)
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--precision", default="bf16")
+    ap.add_argument("--cross-entropy", default="fp32_copy", choices=("fp32_copy", "in_place"))
     ap.add_argument("--objective", default="tokens_per_s")
     ap.add_argument("--tokens", type=float, default=None)
     ap.add_argument("--memory-headroom", type=float, default=0.0)
@@ -656,7 +657,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model, cluster = planner.load_model(a.model), planner.load_cluster(a.cluster)
         gpus = tuple(int(g) for g in a.gpus.split(","))
-        training = Training(seq_len=a.seq_len, global_batch=a.global_batch, precision=a.precision)
+        training = Training(
+            seq_len=a.seq_len,
+            global_batch=a.global_batch,
+            precision=a.precision,
+            cross_entropy=a.cross_entropy,
+        )
         space = default_space(model, cluster, gpus, a.seq_len)
         spec = storage_spec(a.storage)
         if spec[0] == "memory":  # pragma: no cover - storage_spec never returns it for a string
