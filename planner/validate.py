@@ -154,9 +154,10 @@ def recompute_ladder(model: ModelSpec, training: Training) -> list[Training]:
     A published run fitted its memory, so a recipe that did not state its recompute used at
     least as much as the lightest setting that fits. The ladder follows the cost of what is
     re-run: selective with the elementwise modules (Megatron-Core ``layernorm``, and ``moe_act``
-    on MoE models, as the Megatron-Bridge MoE presets use), then every layer (full).
+    on MoE models, as the Megatron-Bridge MoE presets use), then every layer (full). None with
+    activation offloading, which Megatron-Core does not combine with recompute.
     """
-    if training.recompute != "none":
+    if training.recompute != "none" or training.offload_layers:
         return []
     cheap = ("layernorm", "moe_act") if model.moe is not None else ("core_attn", "layernorm")
     return [

@@ -466,3 +466,4 @@ def test_unstated_recompute_takes_the_lightest_that_fits():
         not in recompute_ladder(llama, Training(seq_len=4096, global_batch=8))[0].selective_modules
     )
     assert recompute_ladder(ds, Training(seq_len=4096, global_batch=8, recompute="full")) == []
+    assert recompute_ladder(ds, Training(seq_len=4096, global_batch=8, offload_layers=4)) == []
