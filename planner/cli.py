@@ -24,6 +24,7 @@ from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.render import render_list, render_simulation, render_validation
 from planner.specs.hardware import Cluster
+from planner.specs.layout import CROSS_ENTROPY_KINDS
 from planner.specs.loading import ACCELERATORS_DIR, CLUSTERS_DIR, MODELS_DIR, shipped_ids
 
 EXIT_USAGE = 2
@@ -104,7 +105,7 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cross-entropy",
-        choices=("fp32_copy", "in_place"),
+        choices=CROSS_ENTROPY_KINDS,
         default="fp32_copy",
         help="fp32_copy: the loss keeps an fp32 softmax of the logits (PyTorch, Megatron native);"
         " in_place: online-softmax loss writing the gradient into the logits (Transformer "

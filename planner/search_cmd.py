@@ -23,6 +23,7 @@ from planner.search import METHODS, SearchResult, search
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports, write_exports
 from planner.specs.hardware import Cluster
+from planner.specs.layout import CROSS_ENTROPY_KINDS
 from planner.specs.model import ModelSpec
 
 OBJECTIVES = ("tokens_per_s", "cost", "time_to_train")
@@ -52,7 +53,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16")
     p.add_argument(
         "--cross-entropy",
-        choices=("fp32_copy", "in_place"),
+        choices=CROSS_ENTROPY_KINDS,
         default="fp32_copy",
         help="loss kernel of every candidate (see planner simulate --help)",
     )

@@ -50,7 +50,7 @@ from planner.search.space import (
     structures,
 )
 from planner.specs.hardware import Cluster
-from planner.specs.layout import Layout, Training
+from planner.specs.layout import CROSS_ENTROPY_KINDS, Layout, Training
 from planner.specs.model import ModelSpec
 
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
@@ -645,7 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--global-batch", type=int, required=True)
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--precision", default="bf16")
-    ap.add_argument("--cross-entropy", default="fp32_copy", choices=("fp32_copy", "in_place"))
+    ap.add_argument("--cross-entropy", default="fp32_copy", choices=CROSS_ENTROPY_KINDS)
     ap.add_argument("--objective", default="tokens_per_s")
     ap.add_argument("--tokens", type=float, default=None)
     ap.add_argument("--memory-headroom", type=float, default=0.0)

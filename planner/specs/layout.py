@@ -6,7 +6,7 @@ process groups (``tp-cp-ep-dp-pp``); expert parallelism (EP) is carved out of DP
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,6 +17,7 @@ AttentionKernel = Literal["fused", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 # How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
 CrossEntropy = Literal["fp32_copy", "in_place"]
+CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
 # Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
 RecomputeModule = Literal[
     "core_attn", "mla_up_proj", "moe_act", "mlp", "layernorm", "moe", "shared_experts"
