@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -162,6 +162,36 @@ class CalibrationProfile(_Frozen):
         table = self.gemm.eta_max
         key = "bf16" if precision == "fp16" else precision
         return table.get(key) or table["bf16"]
+
+
+def profile_matches(profile: CalibrationProfile, cluster: Any) -> bool:
+    """True when ``profile`` was measured on (or fitted for) the cluster's accelerator: its
+    ``accelerator`` names the cluster's accelerator id, spec name or default profile id
+    (case-insensitive)."""
+    names = {
+        str(cluster.spec.accelerator),
+        Path(str(cluster.spec.accelerator)).stem,
+        cluster.accelerator.name,
+        cluster.accelerator.profile,
+        cluster.spec.profile or "",
+    }
+    return profile.accelerator.lower() in {n.lower() for n in names if n}
+
+
+def check_profile_device(
+    profile: CalibrationProfile, cluster: Any, any_device: bool = False
+) -> None:
+    """Refuse a profile measured on another accelerator (a CPU profile on an H100 cluster
+    predicts a 100x slower step) unless ``any_device`` says it is meant."""
+    if any_device or profile_matches(profile, cluster):
+        return
+    raise PlannerError(
+        "profile",
+        f"profile '{profile.id}' was measured on '{profile.accelerator}', not on this "
+        f"cluster's {cluster.accelerator.name} ({cluster.spec.accelerator})",
+        f"profile '{cluster.spec.profile or cluster.accelerator.profile}' (the cluster's "
+        "default), a profile measured on the same accelerator, or --profile-for-any-device",
+    )
 
 
 def load_profile(id_or_path: str | Path) -> CalibrationProfile:

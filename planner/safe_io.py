@@ -1,0 +1,229 @@
+"""Reading untrusted files and uploads: bounded size, strict UTF-8, guarded YAML and JSON.
+
+Every failure is a one-line :class:`PlannerError` naming what was read. The guards make the
+work and memory of a read proportional to the file's size, whatever it holds:
+
+* the size is checked (``stat``, then a bounded read) before anything is parsed;
+* YAML is composed with a loader that refuses nesting deeper than ``MAX_DEPTH`` and documents
+  whose aliases would expand to more than ``MAX_EXPANDED_NODES`` nodes (a 1 KB
+  "billion laughs" file expands to 10^9), before any Python object is built;
+* JSON nesting deeper than ``MAX_DEPTH`` is refused before ``json.loads`` recurses.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.errors import PlannerError
+
+MAX_SPEC_BYTES = 1_000_000  # a model, cluster, layout or profile file
+MAX_CASES_BYTES = 50_000_000  # a validation file
+MAX_DEPTH = 64  # mapping/sequence nesting of any document
+MAX_EXPANDED_NODES = 1_000_000  # YAML nodes after alias expansion
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 1e6:g} MB" if n >= 1_000_000 else f"{n / 1e3:g} KB"
+
+
+def decode_text(data: bytes, what: str) -> str:
+    """``data`` as UTF-8 text (a BOM is dropped); anything else is one line naming the byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PlannerError(
+            what,
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+            "a UTF-8 text file",
+        ) from None
+
+
+def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_SPEC_BYTES) -> bytes:
+    """At most ``max_bytes`` of a regular file; larger files are refused before reading."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise PlannerError(what, f"file not found: {p}")
+        size = p.stat().st_size
+        if size > max_bytes:
+            raise PlannerError(
+                what,
+                f"file is {_size_text(size)}, larger than {_size_text(max_bytes)}",
+                f"a file under {_size_text(max_bytes)}",
+            )
+        with p.open("rb") as fh:
+            data = fh.read(max_bytes + 1)  # a file that grew since stat stops here
+    except OSError as exc:
+        raise PlannerError(what, f"cannot read {p}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise PlannerError(what, f"file is larger than {_size_text(max_bytes)}", "a smaller file")
+    return data
+
+
+def read_text(path: str | Path, what: str, max_bytes: int = MAX_SPEC_BYTES) -> str:
+    """A bounded UTF-8 text file (see :func:`read_bytes`, :func:`decode_text`)."""
+    return decode_text(read_bytes(path, what, max_bytes), what)
+
+
+class _GuardedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (no object tags) that bounds nesting and alias expansion."""
+
+    def __init__(self, stream: str, what: str) -> None:
+        super().__init__(stream)
+        self._what = what
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # PyYAML hook
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise PlannerError(
+                    self._what,
+                    f"nesting deeper than {MAX_DEPTH} levels at line {mark.line + 1}",
+                    f"a document nested at most {MAX_DEPTH} levels",
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self) -> Any:  # PyYAML hook: the composed graph, before construction
+        node = super().get_single_node()
+        if node is not None and self._aliases and _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+            raise PlannerError(
+                self._what,
+                f"aliases expand the document to more than {MAX_EXPANDED_NODES:,} nodes "
+                "(or refer to themselves)",
+                "a document without alias bombs (fewer or shallower aliases)",
+            )
+        return node
+
+
+def _expanded_size(node: Any, memo: dict[int, int]) -> int:
+    """Nodes of ``node`` with every alias expanded, counted without expanding (memoised on
+    shared nodes); a recursive alias counts as more than the limit."""
+    key = id(node)
+    if memo.get(key) == -1:  # a recursive alias (the node inside itself): infinite
+        return MAX_EXPANDED_NODES + 1
+    if key in memo:
+        return memo[key]
+    memo[key] = -1
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    total = min(total, MAX_EXPANDED_NODES + 1)
+    memo[key] = total
+    return total
+
+
+def load_yaml(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
+    """Parse untrusted YAML: safe tags only, bounded size, depth and alias expansion; a syntax
+    error names its line."""
+    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise PlannerError(
+            what, f"text is larger than {_size_text(max_bytes)}", "a smaller document"
+        )
+    loader = _GuardedLoader(text, what)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise PlannerError(what, f"invalid YAML{where}: {problem}", "a YAML mapping") from None
+    except RecursionError:
+        raise PlannerError(
+            what, "nesting too deep", f"a document nested at most {MAX_DEPTH} levels"
+        ) from None
+    finally:
+        loader.dispose()
+
+
+def _json_depth_ok(text: str) -> bool:
+    """True when no bracket nesting in ``text`` exceeds MAX_DEPTH (strings skipped)."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} overflows a 64-bit float")
+    return value
+
+
+def load_json(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
+    """Parse untrusted JSON strictly: bounded size and depth, no NaN/Infinity literals."""
+    if len(text) > max_bytes:
+        raise PlannerError(
+            what, f"text is larger than {_size_text(max_bytes)}", "a smaller document"
+        )
+    if not _json_depth_ok(text):
+        raise PlannerError(
+            what, f"nesting deeper than {MAX_DEPTH} levels", "a JSON document of normal depth"
+        )
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise PlannerError(what, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except ValueError as exc:  # NaN / Infinity, or an integer with too many digits
+        raise PlannerError(what, f"invalid JSON: {' '.join(str(exc).split())[:120]}") from None
+    except RecursionError:
+        raise PlannerError(what, "nesting too deep", "a JSON document of normal depth") from None
+
+
+def dumps_strict(data: Any, indent: int | None = 2) -> str:
+    """JSON text of ``data`` that any strict parser accepts: a NaN or infinity is an error
+    naming where it is, never ``NaN``/``Infinity`` in the output."""
+    try:
+        return json.dumps(data, indent=indent, allow_nan=False)
+    except ValueError:
+        raise PlannerError(
+            "output", f"non-finite number at {_first_non_finite(data) or '?'}", "finite figures"
+        ) from None
+
+
+def _first_non_finite(data: Any, path: str = "") -> str | None:
+    if isinstance(data, float) and data != data or data in (float("inf"), float("-inf")):
+        return path or "(root)"
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found = _first_non_finite(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    elif isinstance(data, list | tuple):
+        for i, v in enumerate(data):
+            found = _first_non_finite(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
