@@ -10,7 +10,6 @@ planner/render.py; ``--json`` prints machine-readable output with the units in t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -21,8 +20,9 @@ from rich.console import Console
 import planner
 from planner import calibrate_cmds, goodput_cmds, hf_cmd, search_cmd, timeline_cmds, trace_cmd
 from planner.errors import PlannerError, pydantic_error_to_planner
-from planner.profile import CalibrationProfile
+from planner.profile import CalibrationProfile, check_profile_device
 from planner.render import render_list, render_simulation, render_validation
+from planner.safe_io import dumps_strict
 from planner.specs.hardware import Cluster
 from planner.specs.layout import CROSS_ENTROPY_KINDS
 from planner.specs.loading import ACCELERATORS_DIR, CLUSTERS_DIR, MODELS_DIR, shipped_ids
@@ -141,6 +141,7 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         help="do not overlap the ZeRO-3 parameter all-gather",
     )
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
+    add_profile_device_flag(p)
     p.add_argument(
         "--host-op-us",
         type=float,
@@ -154,6 +155,16 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="layout YAML (as written by planner search): its layout and training replace the "
         "layout and training flags; its gpus are used unless --gpus is given",
+    )
+
+
+def add_profile_device_flag(p: argparse.ArgumentParser) -> None:
+    """--profile-for-any-device: accept a --profile measured on another accelerator."""
+    p.add_argument(
+        "--profile-for-any-device",
+        action="store_true",
+        help="use --profile even though it was measured on another accelerator than the "
+        "cluster's (refused otherwise: a CPU profile on an H100 cluster is 100x off)",
     )
 
 
@@ -178,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="calibration profile id or JSON path (default: each cluster's own profile)",
     )
+    add_profile_device_flag(v)
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     search_cmd.add_parser(sub)
     calibrate_cmds.add_parsers(sub)
@@ -226,6 +238,7 @@ def run_profile(args: argparse.Namespace, cluster: Cluster) -> CalibrationProfil
     """The profile of a simulate-like command: --profile (else the cluster's default), with
     --host-op-us applied."""
     profile = _load_profile(args.profile) or planner.default_profile(cluster)
+    check_profile_device(profile, cluster, getattr(args, "profile_for_any_device", False))
     host_us = getattr(args, "host_op_us", None)
     if host_us is None:
         return profile
@@ -235,7 +248,7 @@ def run_profile(args: argparse.Namespace, cluster: Cluster) -> CalibrationProfil
 
 
 def _json_out(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.write(dumps_strict(data) + "\n")
 
 
 def _console() -> Console:
@@ -342,7 +355,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     fixed = _load_profile(args.profile)
 
     def profile_for(cluster: Cluster) -> CalibrationProfile:
-        return fixed if fixed is not None else planner.default_profile(cluster)
+        if fixed is None:
+            return planner.default_profile(cluster)
+        check_profile_device(fixed, cluster, args.profile_for_any_device)
+        return fixed
 
     result = validate_file(args.file, profile_for)
     if args.json:
@@ -407,6 +423,14 @@ def main(argv: list[str] | None = None) -> int:
         err = pydantic_error_to_planner(exc, "input")
     except OSError as exc:
         err = PlannerError(getattr(exc, "filename", None) or "file", exc.strerror or str(exc))
+    except (ArithmeticError, RecursionError, UnicodeError, MemoryError) as exc:
+        # a safety net: inputs are bounded where they are read, so this is a planner bug; say
+        # which input class failed in one line rather than a traceback
+        err = PlannerError(
+            "input",
+            f"cannot be processed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})",
+            "values within the documented ranges (docs/limits.md); please report this input",
+        )
     message = " ".join(str(err).split())
     sys.stderr.write(f"error: {message}\n")
     return EXIT_USAGE

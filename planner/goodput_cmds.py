@@ -8,7 +8,6 @@ the key names. ``planner.cli`` registers them through :func:`add_parsers` and :d
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +29,7 @@ from planner.goodput import (
     goodput,
 )
 from planner.report import StepReport
+from planner.safe_io import dumps_strict
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -136,7 +136,7 @@ def _console() -> Console:
 
 
 def _json_out(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.write(dumps_strict(data) + "\n")
 
 
 def _kv(title: str, rows: list[tuple[str, str]]) -> Table:

@@ -35,6 +35,7 @@ puts the result next to the planner's :class:`~planner.report.StepReport` breakd
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 from collections import defaultdict
@@ -44,6 +45,7 @@ from typing import Any
 
 from planner.errors import PlannerError
 from planner.report import StepReport
+from planner.safe_io import read_bytes
 
 US_PER_S = 1e6
 COLLECTIVE_CATEGORIES = (
@@ -151,26 +153,32 @@ class KinetoTrace:
 # ---- reading ---------------------------------------------------------------------------------
 
 
+# a profiler trace of a few steps is tens to hundreds of MB; refuse what would not fit in memory
+MAX_TRACE_BYTES = 1_000_000_000
+
+
 def _read_json(path: Path) -> Any:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise PlannerError("trace", f"file not found: {path}", TRACE_HINT) from None
-    except OSError as exc:
-        raise PlannerError("trace", f"cannot read {path}: {exc.strerror or exc}") from None
+    raw = read_bytes(path, "trace", MAX_TRACE_BYTES)
     if raw[:2] == b"\x1f\x8b":
         try:
-            raw = gzip.decompress(raw)
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as fh:
+                raw = fh.read(MAX_TRACE_BYTES + 1)  # a gzip bomb stops here
         except (OSError, EOFError) as exc:
             raise PlannerError(
                 "trace", f"{path.name}: corrupted or truncated gzip ({exc})", TRACE_HINT
             ) from None
+        if len(raw) > MAX_TRACE_BYTES:
+            raise PlannerError(
+                "trace", f"{path.name} decompresses to more than 1 GB", "a smaller trace"
+            )
     if not raw.strip():
         raise PlannerError("trace", f"{path.name} is empty", TRACE_HINT)
     try:
         return json.loads(raw)
     except UnicodeDecodeError:
         raise PlannerError("trace", f"{path.name} is not UTF-8 text", TRACE_HINT) from None
+    except RecursionError:
+        raise PlannerError("trace", f"{path.name} is nested too deeply", TRACE_HINT) from None
     except json.JSONDecodeError as exc:
         raise PlannerError(
             "trace",

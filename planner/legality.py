@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from planner.divisors import divisors_text
 from planner.errors import PlannerError
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -9,7 +10,7 @@ from planner.specs.model import ModelSpec
 
 
 def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+    return divisors_text(n)
 
 
 def check_layout(

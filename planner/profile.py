@@ -7,20 +7,30 @@ measured ones of the same schema. The simulator never reads files itself: caller
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.safe_io import load_json, read_text
+from planner.specs.base import (
+    MAX_BANDWIDTH_GB_PER_S,
+    MAX_GPUS,
+    MAX_LATENCY_US,
+    MAX_MEMORY_GIB,
+    MAX_TFLOPS,
+    Spec,
+    no_bool,
+)
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
 PROFILE_SCHEMA_VERSION = 1
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Spec
+# an efficiency: a fraction of a datasheet peak, finite, (0, 1]
+Fraction = Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=1)]
 
 
 class GemmEfficiency(_Frozen):
@@ -30,9 +40,15 @@ class GemmEfficiency(_Frozen):
                     + fixed_us, with s(d) = d / (d + dim_half) a saturating shape factor.
     """
 
-    eta_max: dict[str, float] = Field(description="large-GEMM efficiency per precision (0..1]")
-    dim_half: float = Field(gt=0, description="GEMM dimension at which s(d) = 0.5, elements")
-    fixed_us: float = Field(ge=0, description="per-kernel launch and tail overhead, us")
+    eta_max: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"], Fraction] = Field(
+        min_length=1, description="large-GEMM efficiency per precision (0..1]; bf16 required"
+    )
+    dim_half: float = Field(
+        gt=0, le=1e6, description="GEMM dimension at which s(d) = 0.5, elements"
+    )
+    fixed_us: float = Field(
+        ge=0, le=MAX_LATENCY_US, description="per-kernel launch and tail overhead, us"
+    )
     sustained_fraction: float = Field(
         default=1.0,
         gt=0,
@@ -41,6 +57,12 @@ class GemmEfficiency(_Frozen):
         "and thermal limits, interleaved kernels); applies to GEMMs and attention; fitted "
         "globally by calibration/fit_global.py",
     )
+
+    @model_validator(mode="after")
+    def _bf16_listed(self) -> GemmEfficiency:
+        if "bf16" not in self.eta_max:
+            raise ValueError("eta_max: needs a bf16 entry (the fallback of every precision)")
+        return self
 
 
 class AttentionEfficiency(_Frozen):
@@ -51,15 +73,16 @@ class AttentionEfficiency(_Frozen):
 
     eta_max_fwd: float = Field(gt=0, le=1)
     eta_max_bwd: float = Field(gt=0, le=1)
-    seq_half: float = Field(gt=0, description="sequence length at which eta = eta_max / 2")
+    seq_half: float = Field(gt=0, le=1e7, description="sequence length at which eta = eta_max / 2")
 
 
 class MemoryEfficiency(_Frozen):
     """Memory-bound kernels (norms, activations, casts, optimizer): fraction of HBM peak."""
 
     eta_hbm: float = Field(gt=0, le=1)
-    op_eta: dict[str, float] = Field(
+    op_eta: dict[str, Fraction] = Field(
         default_factory=dict,
+        max_length=64,
         description="per-op efficiency where measured (copy, rmsnorm, layernorm, softmax_xent, "
         "adamw); ops not listed use eta_hbm",
     )
@@ -68,7 +91,7 @@ class MemoryEfficiency(_Frozen):
         """Achieved fraction of peak bandwidth for one op class."""
         return self.op_eta.get(op, self.eta_hbm)
 
-    fixed_us: float = Field(ge=0, description="per-kernel launch overhead, us")
+    fixed_us: float = Field(ge=0, le=MAX_LATENCY_US, description="per-kernel launch overhead, us")
 
 
 class CommEfficiency(_Frozen):
@@ -76,7 +99,9 @@ class CommEfficiency(_Frozen):
 
     scale_up_eta: float = Field(gt=0, le=1.2, description="ring busbw / NVLink spec, large msgs")
     scale_out_eta: float = Field(gt=0, le=1, description="achieved / NIC line rate, large msgs")
-    base_latency_us: float = Field(ge=0, description="per-collective launch latency, us")
+    base_latency_us: float = Field(
+        ge=0, le=MAX_LATENCY_US, description="per-collective launch latency, us"
+    )
     hierarchical_overlap: float = Field(
         ge=0, le=1, description="fraction of the smaller of intra/inter phases hidden by pipelining"
     )
@@ -111,31 +136,40 @@ class CollectiveFit(_Frozen):
     """A measured collective as alpha-beta: time = latency + factor(n) x bytes / busbw."""
 
     op: Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
-    ranks: int = Field(gt=1)
-    latency_us: float = Field(ge=0)
-    bus_bandwidth_gb_per_s: float = Field(gt=0)
-    backend: str
+    ranks: int = Field(ge=2, le=MAX_GPUS)
+    latency_us: float = Field(ge=0, le=MAX_LATENCY_US)
+    bus_bandwidth_gb_per_s: float = Field(gt=0, le=MAX_BANDWIDTH_GB_PER_S)
+    backend: str = Field(max_length=100)
 
 
 class MeasuredDevice(_Frozen):
     """The machine a measured profile came from; CPU hosts have no datasheet, so the planner
     builds their accelerator spec from these figures (``calibration.measured_cluster``)."""
 
-    name: str
+    name: str = Field(min_length=1, max_length=200)
     kind: Literal["cpu", "cuda"]
-    peak_tflops: dict[str, float] = Field(description="best measured GEMM TFLOP/s per dtype")
-    memory_bandwidth_gb_per_s: float = Field(gt=0, description="measured copy bandwidth")
-    memory_gib: float | None = Field(default=None, gt=0)
-    threads: int | None = Field(default=None, gt=0)
+    peak_tflops: dict[
+        str, Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=MAX_TFLOPS)]
+    ] = Field(min_length=1, max_length=16, description="best measured GEMM TFLOP/s per dtype")
+    memory_bandwidth_gb_per_s: float = Field(
+        gt=0, le=MAX_BANDWIDTH_GB_PER_S, description="measured copy bandwidth"
+    )
+    memory_gib: float | None = Field(default=None, gt=0, le=MAX_MEMORY_GIB)
+    threads: int | None = Field(default=None, ge=1, le=100_000)
 
 
 class CalibrationProfile(_Frozen):
     """Efficiency parameters for one accelerator (and its fabric)."""
 
     schema_version: Literal[1] = PROFILE_SCHEMA_VERSION
-    id: str
-    accelerator: str
-    method: str = Field(description="how the figures were obtained")
+    id: str = Field(min_length=1, max_length=200)
+    accelerator: str = Field(
+        min_length=1,
+        max_length=200,
+        description="the accelerator it was measured on or fitted for: an accelerator id "
+        "(hardware_specs/accelerators), or the measured device's name",
+    )
+    method: str = Field(max_length=10_000, description="how the figures were obtained")
     gemm: GemmEfficiency
     attention: AttentionEfficiency
     attention_flash2: AttentionEfficiency | None = Field(
@@ -145,11 +179,13 @@ class CalibrationProfile(_Frozen):
     comm: CommEfficiency
     host: HostOverhead = Field(default_factory=HostOverhead)
     collectives: list[CollectiveFit] = Field(
-        default_factory=list, description="measured alpha-beta fits; used inside one domain"
+        default_factory=list,
+        max_length=10_000,
+        description="measured alpha-beta fits; used inside one domain",
     )
     device: MeasuredDevice | None = None
     metadata: dict = Field(default_factory=dict, description="how and where it was measured")
-    sources: list[str] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list, max_length=100)
     raw: dict = Field(default_factory=dict, description="the samples the fit used")
 
     def with_host_op_us(self, op_us: float) -> CalibrationProfile:
@@ -202,16 +238,13 @@ def load_profile(id_or_path: str | Path) -> CalibrationProfile:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.json")))
         raise PlannerError("profile", f"profile not found: {id_or_path}", known or None)
-    return parse_profile_text(path.read_text())
+    return parse_profile_text(read_text(path, "profile"))
 
 
 def parse_profile_text(text: str) -> CalibrationProfile:
     """A profile from JSON text: JSON syntax, ``schema_version`` and the pydantic schema are
     checked, each failure a one-line PlannerError."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlannerError("profile", f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    data = load_json(text, "profile")
     if not isinstance(data, dict):
         raise PlannerError(
             "profile", f"expected a JSON object, got {type(data).__name__}", "a profile JSON"

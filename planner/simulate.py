@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.costs import comms, compute, elementwise, flops, host, memory, pipeline, recompute
+from planner.errors import PlannerError
 from planner.legality import check_layout
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
@@ -281,8 +283,81 @@ def simulate_step(
     """Predict one optimizer step of ``model`` on ``cluster`` under ``layout``.
 
     Raises PlannerError for an illegal layout; a legal one that does not fit in memory returns
-    a report with ``fits=False`` and the reason in ``feasibility``.
+    a report with ``fits=False`` and the reason in ``feasibility``. Every figure of the report
+    is finite: a non-finite one (or an arithmetic overflow) is a PlannerError naming the
+    figure and the inputs it comes from, never a report.
     """
+    try:
+        report = _simulate_step(model, cluster, layout, training, profile, check)
+    except (OverflowError, ZeroDivisionError) as exc:
+        raise PlannerError(
+            "inputs",
+            f"the step cannot be costed ({type(exc).__name__}: {exc})",
+            "specs and profile within their documented ranges (docs/limits.md)",
+        ) from None
+    return check_finite(report)
+
+
+# the inputs each figure is computed from, for the error of a non-finite figure
+_FIGURE_INPUTS = {
+    "compute": "accelerator peak_tflops and hbm_bandwidth, profile gemm/attention/memory",
+    "recompute": "accelerator peak_tflops, profile gemm/attention efficiencies",
+    "comm": "cluster bandwidths and latencies, profile comm efficiencies",
+    "ep_comm": "model.moe (load_imbalance, capacity_factor), cluster bandwidths, profile comm",
+    "host_overhead": "profile host.op_us",
+    "activation_offload": "accelerator host_link_gb_per_s",
+    "pipeline_bubble": "layout pp/vpp, the per-stage costs",
+    "optimizer": "accelerator hbm_bandwidth, profile memory efficiency",
+    "memory": "model widths, training seq_len/micro_batch",
+}
+
+
+def _inputs_of(figure: str) -> str:
+    name = figure.split(".")[-1]
+    for key in (name, name.split("_")[-1], name.split("_")[0]):
+        if key in _FIGURE_INPUTS:
+            return _FIGURE_INPUTS[key]
+    if figure.startswith("memory"):
+        return _FIGURE_INPUTS["memory"]
+    return "the model, cluster and profile figures"
+
+
+def check_finite(report: StepReport) -> StepReport:
+    """``report`` when every figure is finite, else a PlannerError naming the first
+    non-finite figure and the inputs it is computed from."""
+    figures = {
+        "step_time_s": report.step_time_s,
+        "tokens_per_s": report.tokens_per_s,
+        "mfu_pct": report.mfu_pct,
+        "hfu_pct": report.hfu_pct,
+        "model_flops_per_token": report.model_flops_per_token,
+        "peak_memory_gib": report.peak_memory_gib,
+        "usable_memory_gib": report.usable_memory_gib,
+        **{f"time_breakdown_s.{k}": v for k, v in report.time_breakdown_s.items()},
+        **{f"memory_breakdown_gib.{k}": v for k, v in report.memory_breakdown_gib.items()},
+    }
+    if all(math.isfinite(v) for v in figures.values()):
+        return report
+    # name the breakdown entry first: it points at the mechanism, the totals follow from it
+    bad = sorted(
+        (k for k, v in figures.items() if not math.isfinite(v)), key=lambda k: "." not in k
+    )
+    raise PlannerError(
+        f"report.{bad[0]}",
+        f"the model gives {figures[bad[0]]} (not a finite number); it is computed from "
+        f"{_inputs_of(bad[0])}",
+        "inputs within their documented ranges (docs/limits.md)",
+    )
+
+
+def _simulate_step(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+    check: bool,
+) -> StepReport:
     if check:
         check_layout(model, cluster, layout, training)
     accel = cluster.accelerator

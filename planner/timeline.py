@@ -93,6 +93,10 @@ class _Segment:
 # ---- schedule --------------------------------------------------------------------------------
 
 
+# forward + backward slices a trace may hold (a few hundred MB of JSON at most)
+MAX_TRACE_OPS = 1_000_000
+
+
 def _tables(pp: int, vpp: int, microbatches: int) -> tuple[list[_Op], list[_Op]]:
     """(forward, backward) op tables: micro-batches in groups of ``pp`` go through every chunk
     before the next group (Megatron-LM ``get_schedule_table``); backwards visit chunks in
@@ -430,6 +434,14 @@ def build_timeline(report: StepReport, layout: Layout, training: Training) -> di
     """
     m = max(report.microbatches, 1)
     pp, vpp = layout.pp, layout.virtual_stages
+    ops = 2 * pp * vpp * m
+    if ops > MAX_TRACE_OPS:
+        raise PlannerError(
+            "--trace",
+            f"the step has {ops:,} forward/backward ops (pp {pp} x vpp {vpp} x {m:,} "
+            "micro-batches x 2); a trace of it would not open in a viewer",
+            f"at most {MAX_TRACE_OPS:,} ops: a larger micro-batch or fewer sequences per step",
+        )
     bd = report.time_breakdown_s
     zero_mb = layout.zero >= 2
     per_mb_us = {c: bd.get(c, 0.0) * US_PER_S / m for c in PER_MICROBATCH}

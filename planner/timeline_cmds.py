@@ -12,7 +12,6 @@ against the plan, largest gaps first. torch is not needed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,9 @@ from rich.table import Table
 import planner
 from planner.errors import PlannerError
 from planner.kineto import KinetoTrace, compare, load_kineto
+from planner.profile import check_profile_device
 from planner.report import StepReport
+from planner.safe_io import dumps_strict
 from planner.timeline import build_timeline, write_trace
 
 __all__ = ["COMMANDS", "add_parsers", "build_timeline", "cmd_compare_trace", "write_trace"]
@@ -55,6 +56,11 @@ def add_parsers(sub: Any) -> None:
         help="training steps in the trace (default: the number of ProfilerStep# spans)",
     )
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
+    p.add_argument(
+        "--profile-for-any-device",
+        action="store_true",
+        help="use --profile even though it was measured on another accelerator",
+    )
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
 
@@ -73,6 +79,8 @@ def _simulate(args: argparse.Namespace) -> StepReport:
     gpus = file_gpus or layout.world_size
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
     profile = planner.load_profile(args.profile) if args.profile else None
+    if profile is not None:
+        check_profile_device(profile, cluster, args.profile_for_any_device)
     return planner.simulate(model, cluster, layout, training, profile)
 
 
@@ -147,7 +155,7 @@ def cmd_compare_trace(args: argparse.Namespace) -> int:
             "predicted_step_s": report.step_time_s,
             "rows": rows,
         }
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(out) + "\n")
     else:
         console = Console(width=None if sys.stdout.isatty() else 160)
         render_comparison(console, trace, report, rows, steps)

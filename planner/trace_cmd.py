@@ -9,7 +9,6 @@ token ids) next to the traced ones. torch is imported only when the command runs
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.errors import PlannerError
+from planner.safe_io import dumps_strict
 from planner.trace import (
     DTYPES,
     compare,
@@ -85,7 +85,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         out = {"traced": traced.model_dump(mode="json"), "per_token": per_token}
         if comparison is not None:
             out["compare"] = comparison
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(out) + "\n")
         return 0
     console = Console(width=None if sys.stdout.isatty() else 160)
     _render(console, args.factory, traced, per_token, comparison)

@@ -6,64 +6,65 @@ A case that cannot be read gets status "error" with the field at fault; the run 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
+from planner.safe_io import MAX_CASES_BYTES
 from planner.simulate import simulate_step
+from planner.specs.base import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MICRO_BATCH, MAX_SEQ_LEN, Spec
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
-from planner.specs.loading import load_cluster, read_yaml_text
+from planner.specs.loading import load_cluster, read_yaml_file
 from planner.specs.model import ModelSpec
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Strict = Spec
 
 
 class CaseLayout(_Strict):
-    tp: int = Field(gt=0)
-    pp: int = Field(gt=0)
-    dp: int = Field(gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    vpp: int | None = Field(default=None, gt=0)
+    tp: int = Field(ge=1, le=MAX_GPUS)
+    pp: int = Field(ge=1, le=MAX_GPUS)
+    dp: int = Field(ge=1, le=MAX_GPUS)
+    cp: int = Field(default=1, ge=1, le=MAX_GPUS)
+    ep: int = Field(default=1, ge=1, le=MAX_GPUS)
+    vpp: int | None = Field(default=None, ge=1, le=10_000)
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 0
 
 
 class CaseTraining(_Strict):
-    seq_len: int = Field(gt=0)
-    micro_batch: int | None = Field(default=None, gt=0)
-    global_batch: int = Field(gt=0)
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
+    micro_batch: int | None = Field(default=None, ge=1, le=MAX_MICRO_BATCH)
+    global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH)
     recompute: Literal["none", "selective", "full"] = "none"
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
 
 
 class CaseMeasured(_Strict):
-    tokens_per_s_per_gpu: float = Field(gt=0)
-    mfu_pct: float | None = None
-    peak_memory_gib: float | None = Field(default=None, gt=0)
+    tokens_per_s_per_gpu: float = Field(gt=0, le=1e9)
+    mfu_pct: float | None = Field(default=None, ge=0, le=1000)
+    peak_memory_gib: float | None = Field(default=None, gt=0, le=16_384)
 
 
 class Case(_Strict):
-    id: str
-    source: str
+    id: str = Field(min_length=1, max_length=200)
+    source: str = Field(max_length=10_000)
     quality: Literal["verified_primary", "verified_secondary", "partial"]
     scored: bool = True
     model: ModelSpec
-    cluster: str
-    num_gpus: int = Field(gt=0)
-    framework: str = ""
+    cluster: str = Field(min_length=1, max_length=1000)
+    num_gpus: int = Field(ge=1, le=MAX_GPUS)
+    framework: str = Field(default="", max_length=1000)
     layout: CaseLayout
     training: CaseTraining
     measured: CaseMeasured
-    notes: str = ""
+    notes: str = Field(default="", max_length=100_000)
 
 
 def framework_overlaps(
@@ -239,9 +240,18 @@ def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[
     return model, cl, layout, training, notes
 
 
+def _case_id(raw: Any) -> str:
+    """The case's id as a short string for its result row; an id that is not a short string
+    (a list, a YAML alias tree) is never copied into the results."""
+    value = raw.get("id") if isinstance(raw, dict) else None
+    if isinstance(value, str) and 0 < len(value) <= 200:
+        return value
+    return "?"
+
+
 def run_case(raw: Any, profile_for: Any) -> dict:
-    """Simulate one raw case mapping; never raises."""
-    case_id = raw.get("id", "?") if isinstance(raw, dict) else "?"
+    """Simulate one raw case mapping; never raises: any failure is this case's error row."""
+    case_id = _case_id(raw)
     out: dict[str, Any] = {
         "id": case_id,
         "status": "error",
@@ -280,9 +290,17 @@ def run_case(raw: Any, profile_for: Any) -> dict:
                     )
                     rep = trial
                     break
+        return _case_result(out, case, rep, notes)
     except PlannerError as exc:
-        out["reason"] = str(exc)
-        return out
+        out["reason"] = " ".join(str(exc).split())
+    except (ArithmeticError, RecursionError, MemoryError, ValueError, TypeError) as exc:
+        # out of a spec's range in a way no bound caught: this case fails, the others run
+        out["reason"] = f"case: cannot be simulated ({type(exc).__name__}: {str(exc)[:200]})"
+    return out
+
+
+def _case_result(out: dict, case: Case, rep: Any, notes: list[str]) -> dict:
+    """Fill a case's result row from its report (every figure finite: simulate checks)."""
     pred = rep.tokens_per_s_per_gpu
     meas = case.measured.tokens_per_s_per_gpu
     out.update(
@@ -300,7 +318,7 @@ def run_case(raw: Any, profile_for: Any) -> dict:
 
 def summarize(cases: list[dict]) -> dict:
     """Error summary over scored cases with status ok (shared/validation/README.md)."""
-    ok = [c for c in cases if c["status"] == "ok"]
+    ok = [c for c in cases if c["status"] == "ok" and _finite(c.get("error_pct"))]
     scored = [c for c in ok if c.get("scored", True)]
     ape = np.array([abs(c["error_pct"]) for c in scored], dtype=float)
     mem = [
@@ -326,12 +344,13 @@ def summarize(cases: list[dict]) -> dict:
     }
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
 def validate_file(path: str | Path, profile_for: Any) -> dict:
     """Run every case of a validation file; ``profile_for(cluster) -> CalibrationProfile``."""
-    p = Path(path)
-    if not p.is_file():
-        raise PlannerError("FILE", f"file not found: {p}", "a validation YAML file")
-    data = read_yaml_text(p.read_text(), "FILE") if p.stat().st_size <= 50_000_000 else None
+    data = read_yaml_file(path, "FILE", MAX_CASES_BYTES)
     if not isinstance(data, list):
         raise PlannerError("FILE", "expected a YAML list of cases", "schema version 1")
     cases = [run_case(raw, profile_for) for raw in data]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from planner.specs.base import MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, Spec
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Spec
 
 
 class AttentionMixer(_Frozen):
@@ -23,7 +23,10 @@ class AttentionMixer(_Frozen):
 
     kind: Literal["attention"] = "attention"
     window: int | None = Field(
-        default=None, gt=0, description="sliding-window size in tokens; None = full causal"
+        default=None,
+        ge=1,
+        le=MAX_SEQ_LEN,
+        description="sliding-window size in tokens; None = full causal",
     )
 
 
@@ -31,12 +34,14 @@ class Mamba2Mixer(_Frozen):
     """Mamba-2 block: in_proj -> causal conv1d -> SSD scan -> gated norm -> out_proj."""
 
     kind: Literal["mamba2"] = "mamba2"
-    d_state: int = Field(default=128, gt=0, description="state size N per head")
-    d_conv: int = Field(default=4, gt=0, description="depthwise convolution width")
-    expand: int = Field(default=2, gt=0, description="inner width = expand x hidden")
-    head_dim: int = Field(default=64, gt=0, description="SSD head dimension P")
-    n_groups: int = Field(default=1, gt=0, description="B/C groups (like GQA for the state)")
-    chunk: int = Field(default=256, gt=0, description="SSD chunk length Q")
+    d_state: int = Field(default=128, ge=1, le=4096, description="state size N per head")
+    d_conv: int = Field(default=4, ge=1, le=64, description="depthwise convolution width")
+    expand: int = Field(default=2, ge=1, le=16, description="inner width = expand x hidden")
+    head_dim: int = Field(default=64, ge=1, le=MAX_HEAD_DIM, description="SSD head dimension P")
+    n_groups: int = Field(
+        default=1, ge=1, le=MAX_HEADS, description="B/C groups (like GQA for the state)"
+    )
+    chunk: int = Field(default=256, ge=1, le=65_536, description="SSD chunk length Q")
 
 
 class LinearAttentionMixer(_Frozen):
@@ -44,9 +49,9 @@ class LinearAttentionMixer(_Frozen):
     model's."""
 
     kind: Literal["linear_attention"] = "linear_attention"
-    heads: int | None = Field(default=None, gt=0)
-    head_dim: int | None = Field(default=None, gt=0)
-    chunk: int = Field(default=64, gt=0, description="chunk length of the parallel form")
+    heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
+    head_dim: int | None = Field(default=None, ge=1, le=MAX_HEAD_DIM)
+    chunk: int = Field(default=64, ge=1, le=65_536, description="chunk length of the parallel form")
 
 
 Mixer = Annotated[AttentionMixer | Mamba2Mixer | LinearAttentionMixer, Field(discriminator="kind")]
@@ -56,7 +61,7 @@ class DenseMLP(_Frozen):
     """A dense MLP with the model's activation; ``ffn_hidden`` defaults to the model's."""
 
     kind: Literal["dense"] = "dense"
-    ffn_hidden: int | None = Field(default=None, gt=0)
+    ffn_hidden: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
 
 
 class MoEMLP(_Frozen):
@@ -84,5 +89,5 @@ class LayerSpec(_Frozen):
 class LayerGroup(_Frozen):
     """``layers`` in order, the whole list repeated ``repeat`` times."""
 
-    repeat: int = Field(default=1, gt=0)
-    layers: list[LayerSpec] = Field(min_length=1)
+    repeat: int = Field(default=1, ge=1, le=MAX_LAYERS)
+    layers: list[LayerSpec] = Field(min_length=1, max_length=MAX_LAYERS)

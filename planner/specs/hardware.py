@@ -4,46 +4,66 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from planner.specs.base import (
+    MAX_BANDWIDTH_GB_PER_S,
+    MAX_GPUS,
+    MAX_LATENCY_US,
+    MAX_MEMORY_GIB,
+    MAX_PRICE_USD,
+    MAX_TFLOPS,
+    Spec,
+)
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Spec
 
 
 class PeakTflops(_Frozen):
     """Dense (no 2:4 sparsity) peak tensor throughput per GPU, TFLOP/s; None = unsupported."""
 
-    fp32: float = Field(gt=0, description="non-tensor FP32")
-    tf32: float | None = Field(default=None, gt=0)
-    bf16: float | None = Field(default=None, gt=0)
-    fp16: float = Field(gt=0)
-    fp8: float | None = Field(default=None, gt=0)
-    fp4: float | None = Field(default=None, gt=0)
+    fp32: float = Field(gt=0, le=MAX_TFLOPS, description="non-tensor FP32")
+    tf32: float | None = Field(default=None, gt=0, le=MAX_TFLOPS)
+    bf16: float | None = Field(default=None, gt=0, le=MAX_TFLOPS)
+    fp16: float = Field(gt=0, le=MAX_TFLOPS)
+    fp8: float | None = Field(default=None, gt=0, le=MAX_TFLOPS)
+    fp4: float | None = Field(default=None, gt=0, le=MAX_TFLOPS)
 
 
 class AcceleratorSpec(_Frozen):
     """One GPU / accelerator."""
 
-    name: str
-    vendor: str
+    name: str = Field(min_length=1, max_length=200)
+    vendor: str = Field(max_length=200)
     peak_tflops: PeakTflops
-    hbm_capacity_gib: float = Field(gt=0, description="device memory as the driver reports it, GiB")
-    hbm_usable_gib: float = Field(
-        gt=0, description="memory a training process can allocate (capacity minus context/driver)"
+    hbm_capacity_gib: float = Field(
+        gt=0, le=MAX_MEMORY_GIB, description="device memory as the driver reports it, GiB"
     )
-    hbm_bandwidth_tb_per_s: float = Field(gt=0, description="peak HBM bandwidth, TB/s (1e12 B/s)")
-    tdp_w: float | None = Field(default=None, gt=0, description="board power, W (None: unknown)")
+    hbm_usable_gib: float = Field(
+        gt=0,
+        le=MAX_MEMORY_GIB,
+        description="memory a training process can allocate (capacity minus context/driver)",
+    )
+    hbm_bandwidth_tb_per_s: float = Field(
+        gt=0, le=1000, description="peak HBM bandwidth, TB/s (1e12 B/s)"
+    )
+    tdp_w: float | None = Field(
+        default=None, gt=0, le=100_000, description="board power, W (None: unknown)"
+    )
     host_link_gb_per_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_BANDWIDTH_GB_PER_S,
         description="GPU <-> host memory bandwidth per GPU, each way, GB/s (PCIe or NVLink-C2C; "
         "None: unknown, no activation offloading)",
     )
-    profile: str = Field(description="id of the default calibration profile (calibration/profiles)")
-    sources: list[str] = Field(min_length=1)
+    profile: str = Field(
+        max_length=1000, description="id of the default calibration profile (calibration/profiles)"
+    )
+    sources: list[str] = Field(min_length=1, max_length=100)
 
     @model_validator(mode="after")
     def _check(self) -> AcceleratorSpec:
@@ -70,19 +90,27 @@ class AcceleratorSpec(_Frozen):
 class ClusterSpec(_Frozen):
     """A cluster: nodes of GPUs, a scale-up domain (NVLink) and a scale-out fabric (IB/RoCE)."""
 
-    name: str
-    accelerator: str = Field(description="id (file stem) in hardware_specs/accelerators")
-    gpus_per_node: int = Field(gt=0)
-    scale_up_domain_gpus: int = Field(gt=0, description="GPUs sharing the NVLink/xGMI domain")
-    scale_up_bandwidth_gb_per_s: float = Field(gt=0, description="per GPU, one direction, GB/s")
-    scale_up_latency_us: float = Field(ge=0)
-    scale_out_bandwidth_gb_per_s: float = Field(
-        gt=0, description="per GPU NIC, one direction, GB/s"
+    name: str = Field(min_length=1, max_length=200)
+    accelerator: str = Field(
+        min_length=1, max_length=1000, description="id (file stem) in hardware_specs/accelerators"
     )
-    scale_out_latency_us: float = Field(ge=0)
-    price_per_gpu_hour_usd: float | None = Field(default=None, gt=0)
-    profile: str | None = Field(default=None, description="calibration profile id or path override")
-    sources: list[str] = Field(min_length=1)
+    gpus_per_node: int = Field(ge=1, le=1024)
+    scale_up_domain_gpus: int = Field(
+        ge=1, le=MAX_GPUS, description="GPUs sharing the NVLink/xGMI domain"
+    )
+    scale_up_bandwidth_gb_per_s: float = Field(
+        gt=0, le=MAX_BANDWIDTH_GB_PER_S, description="per GPU, one direction, GB/s"
+    )
+    scale_up_latency_us: float = Field(ge=0, le=MAX_LATENCY_US)
+    scale_out_bandwidth_gb_per_s: float = Field(
+        gt=0, le=MAX_BANDWIDTH_GB_PER_S, description="per GPU NIC, one direction, GB/s"
+    )
+    scale_out_latency_us: float = Field(ge=0, le=MAX_LATENCY_US)
+    price_per_gpu_hour_usd: float | None = Field(default=None, gt=0, le=MAX_PRICE_USD)
+    profile: str | None = Field(
+        default=None, max_length=1000, description="calibration profile id or path override"
+    )
+    sources: list[str] = Field(min_length=1, max_length=100)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from planner.specs.base import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_LAYERS,
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+    Spec,
+)
 
 Recompute = Literal["none", "selective", "full"]
 TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
@@ -25,19 +34,22 @@ RecomputeModule = Literal[
 DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Spec
 
 
 class Layout(_Frozen):
     """How one training job is split over GPUs. World size = tp * cp * dp * pp."""
 
-    tp: int = Field(default=1, gt=0, description="tensor parallel size")
-    pp: int = Field(default=1, gt=0, description="pipeline parallel size")
-    dp: int = Field(default=1, gt=0, description="data parallel size")
-    cp: int = Field(default=1, gt=0, description="context parallel size")
-    ep: int = Field(default=1, gt=0, description="expert parallel size (inside tp*dp*cp)")
-    vpp: int | None = Field(default=None, gt=0, description="virtual stages per pipeline rank")
+    tp: int = Field(default=1, ge=1, le=MAX_GPUS, description="tensor parallel size")
+    pp: int = Field(default=1, ge=1, le=MAX_GPUS, description="pipeline parallel size")
+    dp: int = Field(default=1, ge=1, le=MAX_GPUS, description="data parallel size")
+    cp: int = Field(default=1, ge=1, le=MAX_GPUS, description="context parallel size")
+    ep: int = Field(
+        default=1, ge=1, le=MAX_GPUS, description="expert parallel size (inside tp*dp*cp)"
+    )
+    vpp: int | None = Field(
+        default=None, ge=1, le=MAX_LAYERS, description="virtual stages per pipeline rank"
+    )
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = Field(
         default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params"
@@ -61,6 +73,11 @@ class Layout(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
+        if self.world_size > MAX_GPUS:
+            raise ValueError(
+                f"tp*cp*dp*pp = {self.world_size:,} GPUs exceeds the planner's cap of "
+                f"{MAX_GPUS:,} GPUs per job"
+            )
         if self.schedule == "interleaved" and (self.vpp or 1) < 2:
             raise ValueError("schedule 'interleaved' needs vpp >= 2")
         if self.sequence_parallel and self.tp == 1:
@@ -92,12 +109,15 @@ class Layout(_Frozen):
 class Training(_Frozen):
     """What one optimizer step processes."""
 
-    seq_len: int = Field(gt=0, description="tokens per sequence")
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch per DP rank")
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
+    global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
+    micro_batch: int = Field(
+        default=1, ge=1, le=MAX_MICRO_BATCH, description="sequences per micro-batch per DP rank"
+    )
     recompute: Recompute = "none"
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         default=None,
+        max_length=16,
         description="with recompute: selective, the submodules re-run in backward (Megatron-Core "
         "--recompute-modules): core_attn, mla_up_proj, moe_act, mlp, layernorm, moe, "
         "shared_experts; None: core_attn (Korthikanti et al. 2022)",
@@ -115,6 +135,7 @@ class Training(_Frozen):
     offload_layers: int = Field(
         default=0,
         ge=0,
+        le=MAX_LAYERS,
         description="layers whose activations are copied to host memory in forward and back "
         "in backward (Megatron-Core --cpu-offloading-num-layers; Transformer Engine CPU offload)",
     )

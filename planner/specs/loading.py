@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.safe_io import MAX_SPEC_BYTES, load_yaml, read_text
 from planner.specs.hardware import AcceleratorSpec, Cluster, ClusterSpec
 from planner.specs.model import ModelSpec
 
@@ -16,7 +16,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO_ROOT / "models"
 ACCELERATORS_DIR = REPO_ROOT / "hardware_specs" / "accelerators"
 CLUSTERS_DIR = REPO_ROOT / "hardware_specs" / "clusters"
-MAX_SPEC_BYTES = 1_000_000
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -26,17 +25,15 @@ def shipped_ids(directory: Path) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
-def read_yaml_text(text: str, what: str) -> Any:
-    """Parse YAML safely (no object tags); a syntax error names the line."""
-    if len(text.encode()) > MAX_SPEC_BYTES:
-        raise PlannerError(what, "file is larger than 1 MB", "a spec under 1 MB")
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise PlannerError(what, f"invalid YAML{where}: {problem}", "a YAML mapping") from None
+def read_yaml_text(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
+    """Parse YAML safely (no object tags, bounded size, depth and alias expansion); a syntax
+    error names the line."""
+    return load_yaml(text, what, max_bytes)
+
+
+def read_yaml_file(path: str | Path, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
+    """A YAML file read with its size checked first and strict UTF-8 (planner.safe_io)."""
+    return load_yaml(read_text(path, what, max_bytes), what, max_bytes)
 
 
 def parse_spec(data: Any, cls: type[T], what: str) -> T:
@@ -71,7 +68,7 @@ def _resolve(id_or_path: str | Path, directory: Path, kind: str) -> Path:
 
 def _load(id_or_path: str | Path, directory: Path, cls: type[T], kind: str) -> T:
     path = _resolve(id_or_path, directory, kind)
-    data = read_yaml_text(path.read_text(), kind)
+    data = read_yaml_file(path, kind)
     return parse_spec(data, cls, kind)
 
 
@@ -88,7 +85,7 @@ def load_accelerator(id_or_path: str | Path) -> AcceleratorSpec:
 def load_cluster(id_or_path: str | Path) -> Cluster:
     """A cluster from ``hardware_specs/clusters/<id>.yaml`` or a path, its accelerator resolved."""
     path = _resolve(id_or_path, CLUSTERS_DIR, "cluster")
-    spec = parse_spec(read_yaml_text(path.read_text(), "cluster"), ClusterSpec, "cluster")
+    spec = parse_spec(read_yaml_file(path, "cluster"), ClusterSpec, "cluster")
     acc_path = Path(spec.accelerator)
     if not acc_path.is_absolute() and not (ACCELERATORS_DIR / f"{spec.accelerator}.yaml").exists():
         acc_path = path.parent / spec.accelerator

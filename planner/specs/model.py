@@ -9,8 +9,19 @@ from __future__ import annotations
 from collections import Counter
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from planner.specs.base import (
+    MAX_EXPERTS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_SEQ_LEN,
+    MAX_TEXT,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    Spec,
+)
 from planner.specs.blocks import (
     AttentionMixer,
     DenseMLP,
@@ -25,25 +36,36 @@ Activation = Literal["gelu", "swiglu", "relu2", "geglu"]
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+_Frozen = Spec
 
 
 class MoESpec(_Frozen):
     """Mixture-of-experts block (DeepSeek/Mixtral style)."""
 
-    experts: int = Field(gt=0, description="routed experts per MoE layer")
-    top_k: int = Field(gt=0, description="routed experts per token")
-    expert_ffn_hidden: int = Field(gt=0, description="FFN width of one routed expert")
-    shared_experts: int = Field(default=0, ge=0, description="always-active shared experts")
-    shared_expert_ffn_hidden: int | None = Field(default=None, gt=0)
-    dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
-    layer_freq: int = Field(default=1, gt=0, description="every layer_freq-th layer is MoE")
+    experts: int = Field(ge=1, le=MAX_EXPERTS, description="routed experts per MoE layer")
+    top_k: int = Field(ge=1, le=MAX_EXPERTS, description="routed experts per token")
+    expert_ffn_hidden: int = Field(ge=1, le=MAX_WIDTH, description="FFN width of one routed expert")
+    shared_experts: int = Field(
+        default=0, ge=0, le=1024, description="always-active shared experts"
+    )
+    shared_expert_ffn_hidden: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    dense_layers: int = Field(
+        default=0, ge=0, le=MAX_LAYERS, description="leading layers with a dense MLP"
+    )
+    layer_freq: int = Field(
+        default=1, ge=1, le=MAX_LAYERS, description="every layer_freq-th layer is MoE"
+    )
     capacity_factor: float | None = Field(
-        default=None, gt=0, description="token capacity per expert / mean load; None = dropless"
+        default=None,
+        gt=0,
+        le=64,
+        description="token capacity per expert / mean load; None = dropless",
     )
     load_imbalance: float = Field(
-        default=1.0, ge=1.0, description="busiest expert's tokens over the mean (1 = balanced)"
+        default=1.0,
+        ge=1.0,
+        le=64,
+        description="busiest expert's tokens over the mean (1 = balanced)",
     )
 
     @model_validator(mode="after")
@@ -56,40 +78,50 @@ class MoESpec(_Frozen):
 class MLASpec(_Frozen):
     """Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 section 2.1)."""
 
-    q_lora_rank: int | None = Field(default=None, gt=0, description="None: full-rank Q")
-    kv_lora_rank: int = Field(gt=0)
-    qk_nope_head_dim: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
+    q_lora_rank: int | None = Field(
+        default=None, ge=1, le=MAX_WIDTH, description="None: full-rank Q"
+    )
+    kv_lora_rank: int = Field(ge=1, le=MAX_WIDTH)
+    qk_nope_head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+    qk_rope_head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+    v_head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
 
 
 class ModelSpec(_Frozen):
     """A decoder-only transformer. Widths are element counts, not bytes."""
 
-    name: str
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    ffn_hidden: int = Field(gt=0, description="dense MLP width (dense layers of MoE models too)")
+    name: str = Field(min_length=1, max_length=200)
+    layers: int = Field(ge=1, le=MAX_LAYERS)
+    hidden: int = Field(ge=1, le=MAX_WIDTH)
+    ffn_hidden: int = Field(
+        ge=1, le=MAX_WIDTH, description="dense MLP width (dense layers of MoE models too)"
+    )
     activation: Activation = "gelu"
-    heads: int = Field(gt=0)
-    kv_heads: int | None = Field(default=None, gt=0, description="None: equal to heads (MHA)")
-    head_dim: int | None = Field(default=None, gt=0, description="None: hidden / heads")
-    vocab: int = Field(gt=0)
+    heads: int = Field(ge=1, le=MAX_HEADS)
+    kv_heads: int | None = Field(
+        default=None, ge=1, le=MAX_HEADS, description="None: equal to heads (MHA)"
+    )
+    head_dim: int | None = Field(
+        default=None, ge=1, le=MAX_HEAD_DIM, description="None: hidden / heads"
+    )
+    vocab: int = Field(ge=1, le=MAX_VOCAB)
     tied_embeddings: bool = False
     learned_position_embeddings: bool = Field(
         default=False, description="GPT-2/3 style absolute position table (max_positions x hidden)"
     )
-    max_positions: int = Field(default=2048, gt=0)
+    max_positions: int = Field(default=2048, ge=1, le=MAX_SEQ_LEN)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     layer_groups: list[LayerGroup] | None = Field(
-        default=None, description="heterogeneous stacks; None: every layer from the flat fields"
+        default=None,
+        max_length=MAX_LAYERS,
+        description="heterogeneous stacks; None: every layer from the flat fields",
     )
     mtp_layers: int = Field(
-        default=0, ge=0, description="multi-token-prediction modules (DeepSeek-V3: 1)"
+        default=0, ge=0, le=16, description="multi-token-prediction modules (DeepSeek-V3: 1)"
     )
-    description: str | None = None
-    sources: list[str] = Field(default_factory=list)
+    description: str | None = Field(default=None, max_length=MAX_TEXT)
+    sources: list[str] = Field(default_factory=list, max_length=100)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
