@@ -8,6 +8,8 @@ all-reduce bus bandwidth inside one node against the message size.
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from app_pages import charts
@@ -91,6 +93,30 @@ def _upload() -> CalibrationProfile | None:
     return prof
 
 
+ANY_DEVICE_LABEL = "use this profile on another accelerator"
+
+
+def _finite_curves(
+    cluster: Cluster, profiles: list[tuple[str, CalibrationProfile]]
+) -> list[tuple[str, list[float], tuple[int, list[float]]]]:
+    """(name, GEMM curve, all-reduce curve) of each profile whose curves are finite; a profile
+    whose curves are not is one st.error line, never a NaN on a chart."""
+    out = []
+    for name, prof in profiles:
+        try:
+            gemm, (ranks, bw) = gemm_curve(cluster, prof), allreduce_curve(cluster, prof)
+        except ArithmeticError:  # a zero or overflowing time: not drawable
+            gemm, ranks, bw = [math.nan], 0, []
+        if all(math.isfinite(v) and v >= 0 for v in (*gemm, *bw)):
+            out.append((name, gemm, (ranks, bw)))
+        else:
+            st.error(
+                f"profile: '{prof.id}' gives non-finite or negative efficiencies on "
+                f"{cluster.accelerator.name} (valid: efficiencies between 0 and 1)"
+            )
+    return out
+
+
 def body() -> None:
     """The Calibration page."""
     st.title("Calibration")
@@ -109,38 +135,41 @@ def body() -> None:
     uploaded = _upload()
     active = c.active_profile()
 
-    profiles: list[tuple[str, CalibrationProfile]] = [(f"shipped: {shipped.id}", shipped)]
-    if active is not None and c.profile_key(active) != c.profile_key(shipped):
-        profiles.append((f"active: {active.id}", active))
-    if uploaded is not None and all(
-        c.profile_key(uploaded) != c.profile_key(p) for _, p in profiles
-    ):
-        profiles.append((f"uploaded: {uploaded.id}", uploaded))
-
     if uploaded is not None:
-        if uploaded.accelerator != cluster.spec.accelerator:
-            st.warning(
-                f"`{uploaded.id}` was measured on `{uploaded.accelerator}`; the curves below apply "
-                f"it to {cluster.accelerator.name}'s datasheet figures."
-            )
-        cols = st.columns([1, 1, 2])
-        if cols[0].button("Use this profile", type="primary", key="cal_use"):
-            st.session_state[c.ACTIVE_PROFILE] = uploaded
-            active = uploaded
         if "cal_all" not in st.session_state:
             st.session_state["cal_all"] = bool(st.session_state.get(c.PROFILE_ALL, False))
-        st.session_state[c.PROFILE_ALL] = cols[1].checkbox(
-            "on every accelerator",
+        any_device = st.checkbox(
+            ANY_DEVICE_LABEL,
             key="cal_all",
-            help="Off: only clusters whose accelerator is the profile's use it.",
+            help="Off: a profile is used only on clusters of the accelerator it was measured "
+            "on (elsewhere each cluster's shipped profile). On: on every accelerator, as "
+            "planner --profile-for-any-device.",
         )
+        st.session_state[c.PROFILE_ALL] = any_device
+        try:
+            c.use_profile(uploaded, cluster, any_device=any_device)
+        except PlannerError as exc:
+            st.error(f"{c.one_line(exc)}. Tick '{ANY_DEVICE_LABEL}' to apply it anyway.")
+            uploaded = None
+        else:
+            if st.button("Use this profile", type="primary", key="cal_use"):
+                st.session_state[c.ACTIVE_PROFILE] = uploaded
+                active = uploaded
+            if any_device and uploaded.accelerator != cluster.spec.accelerator:
+                st.warning(
+                    f"`{uploaded.id}` was measured on `{uploaded.accelerator}`; the curves "
+                    f"below apply it to {cluster.accelerator.name}'s datasheet figures."
+                )
     if active is not None:
         scope = (
             "every accelerator"
             if st.session_state.get(c.PROFILE_ALL)
-            else f"`{active.accelerator}`"
+            else f"`{active.accelerator}` only"
         )
-        st.success(f"Active profile on every page: `{active.id}` (for {scope}).")
+        st.success(
+            f"Active profile on every page: `{active.id}`, measured on `{active.accelerator}` "
+            f"(for {scope})."
+        )
         if st.button("Back to the shipped profiles", key="cal_reset"):
             st.session_state.pop(c.ACTIVE_PROFILE, None)
             st.rerun()
@@ -148,10 +177,29 @@ def body() -> None:
         st.info("Active: the shipped profile of each accelerator.")
     c.sidebar_status()
 
+    profiles: list[tuple[str, CalibrationProfile]] = [(f"shipped: {shipped.id}", shipped)]
+    in_use = c.profile_for(cluster)
+    if active is not None and c.profile_key(in_use) == c.profile_key(active):
+        if c.profile_key(active) != c.profile_key(shipped):
+            profiles.append((f"active: {active.id}", active))
+    elif active is not None:
+        st.caption(
+            f"The active profile `{active.id}` was measured on `{active.accelerator}`: not "
+            f"applied to {cluster.accelerator.name} (tick '{ANY_DEVICE_LABEL}' after uploading "
+            "it to apply it everywhere)."
+        )
+    if uploaded is not None and all(
+        c.profile_key(uploaded) != c.profile_key(p) for _, p in profiles
+    ):
+        profiles.append((f"uploaded: {uploaded.id}", uploaded))
+    curves = _finite_curves(cluster, profiles)
+    if not curves:
+        return
+
     left, right = st.columns(2)
     left.plotly_chart(
         charts.curves_figure(
-            [(name, GEMM_SIZES, gemm_curve(cluster, p)) for name, p in profiles],
+            [(name, GEMM_SIZES, gemm) for name, gemm, _ in curves],
             f"GEMM efficiency on {cluster.accelerator.name} (bf16)",
             "GEMM size m = n = k (elements)",
             "efficiency (% of dense bf16 peak)",
@@ -159,11 +207,10 @@ def body() -> None:
         ),
         key="cal_gemm_chart",
     )
-    curves = [(name, allreduce_curve(cluster, p)) for name, p in profiles]
-    ranks = curves[0][1][0]
+    ranks = curves[0][2][0]
     right.plotly_chart(
         charts.curves_figure(
-            [(name, MESSAGE_BYTES, bw) for name, (_, bw) in curves],
+            [(name, MESSAGE_BYTES, bw) for name, _, (_, bw) in curves],
             f"All-reduce bus bandwidth, {ranks} GPUs in one node",
             "message size (bytes)",
             "bus bandwidth (GB/s)",
@@ -174,7 +221,7 @@ def body() -> None:
         "GEMM efficiency = 2 m n k / predicted time / dense bf16 peak (profile's sustained "
         "fraction included). Bus bandwidth = 2 (n - 1) / n x bytes / predicted all-reduce time, "
         f"nccl-tests convention; NVLink {cluster.spec.scale_up_bandwidth_gb_per_s:g} GB/s per GPU "
-        "each way."
+        "each way. Profiles: " + "; ".join(c.profile_label(p) for _, p in profiles) + "."
     )
     st.subheader("Parameters")
     st.dataframe(parameters_table(profiles), hide_index=True)

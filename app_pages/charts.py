@@ -49,6 +49,7 @@ CATEGORY_LABELS = {
 }
 COMM_CATEGORIES = ("tp_comm", "cp_comm", "ep_comm", "pp_comm")
 MAX_PIPELINE_OPS = 3000  # forward + backward blocks drawn before the steady state is shortened
+MAX_DRAWN_STAGES = 32  # deeper pipelines are not drawn (2 pp^2 ops at least; unreadable anyway)
 
 
 def time_unit(seconds: float) -> tuple[float, str]:
@@ -193,7 +194,8 @@ def pipeline_timeline(report: StepReport, pp: int, vpp: int = 1) -> Timeline:
     Per micro-batch and stage: t = (step - bubble - DP comm - optimizer) / micro-batches;
     its exposed TP/CP/EP/PP communication drawn after each pass, the rest split forward :
     backward = 1 : 2, recompute added to the backward. Stages are uniform; the DP
-    communication and the optimizer step close the step on every stage.
+    communication and the optimizer step close the step on every stage. At most
+    MAX_DRAWN_STAGES stages and about MAX_PIPELINE_OPS blocks are drawn, whatever the layout.
     """
     tb = report.time_breakdown_s
     m = max(1, report.microbatches)
@@ -207,7 +209,12 @@ def pipeline_timeline(report: StepReport, pp: int, vpp: int = 1) -> Timeline:
     base = max(per_mb - comm - recompute, 0.0)
     f, b = base / 3.0, 2.0 * base / 3.0 + recompute
     cf, cb = comm / 3.0, 2.0 * comm / 3.0
+    if not 1 <= pp <= MAX_DRAWN_STAGES:
+        raise ValueError(f"pp = {pp}: at most {MAX_DRAWN_STAGES} stages are drawn")
     v = max(1, vpp) if pp > 1 else 1
+    if 2 * pp * v * pp > 4 * MAX_PIPELINE_OPS:  # even the shortest steady state is too long
+        notes.append(f"{v} interleaved chunks per stage not drawn: drawn as 1F1B")
+        v = 1
     md = m
     if 2 * m * v * pp > MAX_PIPELINE_OPS:
         md = min(m, max(pp, MAX_PIPELINE_OPS // (2 * v * pp) // pp * pp))

@@ -2,16 +2,18 @@
 
 Every page calls :func:`run_page` with its body, so a bad input (a
 :class:`planner.PlannerError`) or an unexpected exception becomes one ``st.error`` line, never a
-traceback. Uploads go through :func:`read_upload` (1 MB limit, UTF-8) and are parsed with
-``yaml.safe_load`` (through :func:`planner.specs.loading.read_yaml_text`), so YAML tags that
-build Python objects are refused.
+traceback. Uploads go through :func:`read_upload` (size checked before decoding, strict UTF-8)
+and are parsed with :mod:`planner.safe_io` (safe YAML tags, bounded nesting and alias
+expansion; strict JSON), so no upload can build Python objects, expand a "billion laughs" or
+recurse without end. Long work runs under a :class:`Deadline`, and report figures that are not
+finite are an error line (:func:`check_report`), never a NaN on the page.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +23,20 @@ import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 import planner
+from app_pages.fmt import (
+    fmt_count,
+    fmt_energy_kwh,
+    fmt_gib,
+    fmt_pct,
+    fmt_seconds,
+    fmt_tokens_per_s,
+    fmt_usd,
+    layout_text,
+)
 from planner.errors import PlannerError
-from planner.profile import CalibrationProfile
+from planner.profile import CalibrationProfile, check_profile_device
 from planner.report import StepReport
+from planner.safe_io import MAX_CASES_BYTES, decode_text, load_json, load_yaml
 from planner.search import SearchResult, SearchSpace, default_space
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -31,7 +44,6 @@ from planner.specs.loading import (
     CLUSTERS_DIR,
     MODELS_DIR,
     parse_spec,
-    read_yaml_text,
     shipped_ids,
 )
 from planner.specs.model import ModelSpec
@@ -39,7 +51,10 @@ from planner.specs.model import ModelSpec
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_FILE = REPO_ROOT.parent / "shared" / "validation" / "public.yaml"
 HELDOUT_FILE = REPO_ROOT / "benchmarks" / "heldout" / "bridge_archive_moe.yaml"
-MAX_UPLOAD_BYTES = 1_000_000  # "1 MB", as planner.specs.loading.MAX_SPEC_BYTES
+MAX_UPLOAD_BYTES = 1_000_000  # "1 MB", as planner.safe_io.MAX_SPEC_BYTES
+MAX_CASES_UPLOAD_BYTES = min(MAX_CASES_BYTES, 5_000_000)  # a validation upload
+SEARCH_BUDGET_S = 20.0  # one search on the Search page, one generation on the Compare page
+CASES_BUDGET_S = 60.0  # simulating an uploaded validation file
 DEFAULT_MODEL = "llama3.1-8b"
 DEFAULT_CLUSTER = "dgx-h100"
 
@@ -77,8 +92,32 @@ def run_page(body: Callable[[], None]) -> None:
         raise
     except PlannerError as exc:
         st.error(one_line(exc))
+    except (MemoryError, RecursionError) as exc:
+        st.error(
+            f"input: too large or too deeply nested to process ({type(exc).__name__}) "
+            "(valid: smaller specs and files)"
+        )
     except Exception as exc:  # never show a traceback
         st.error(f"Unexpected error ({type(exc).__name__}): {one_line(exc)}")
+
+
+class Deadline:
+    """A time budget for work done in steps (cases, searches): :meth:`check` between steps
+    raises a one-line PlannerError naming ``field`` once ``seconds`` have passed."""
+
+    def __init__(self, field: str, seconds: float, what: str) -> None:
+        self.field, self.seconds, self.what = field, seconds, what
+        self.start = time.perf_counter()
+
+    def check(self, done: str = "") -> None:
+        """Raise when the budget is spent (``done`` says how far the work got)."""
+        if time.perf_counter() - self.start > self.seconds:
+            raise PlannerError(
+                self.field,
+                f"{self.what} took longer than the app's {self.seconds:g} s budget"
+                + (f" ({done})" if done else ""),
+                "a smaller job, or the command line (planner) for long runs",
+            )
 
 
 def init_state(defaults: dict[str, Any]) -> None:
@@ -139,8 +178,12 @@ def profile_resolver() -> Callable[[Cluster], CalibrationProfile]:
     everywhere = bool(st.session_state.get(PROFILE_ALL, False))
 
     def resolve(cluster: Cluster) -> CalibrationProfile:
-        if prof is not None and (everywhere or prof.accelerator == cluster.spec.accelerator):
-            return prof
+        if prof is not None:
+            try:
+                check_profile_device(prof, cluster, any_device=everywhere)
+                return prof
+            except PlannerError:
+                pass  # measured on another accelerator: the cluster's shipped profile
         return shipped_profile(cluster.id)
 
     return resolve
@@ -148,7 +191,8 @@ def profile_resolver() -> Callable[[Cluster], CalibrationProfile]:
 
 def profile_for(cluster: Cluster) -> CalibrationProfile:
     """The profile a page uses for ``cluster``: the active one when it was measured on this
-    cluster's accelerator (or the user applied it to every accelerator), else the shipped one."""
+    cluster's accelerator (:func:`planner.profile.check_profile_device`) or the user applied it
+    to other accelerators, else the shipped one."""
     return profile_resolver()(cluster)
 
 
@@ -169,13 +213,15 @@ def profile_key(profile: CalibrationProfile) -> str:
 def profile_caption(cluster: Cluster, profile: CalibrationProfile) -> str:
     """One line saying which calibration profile a result used, and why."""
     active = active_profile()
+    name = f"**{profile.id}** (measured on `{profile.accelerator}`)"
     if active is not None and profile_key(profile) == profile_key(active):
-        return f"Calibration profile: **{profile.id}** (uploaded on the Calibration page)."
-    text = f"Calibration profile: **{profile.id}** (shipped default of {cluster.spec.name})."
+        return f"Calibration profile: {name}, uploaded on the Calibration page."
+    text = f"Calibration profile: {name}, the shipped default of {cluster.spec.name}."
     if active is not None:
         text += (
             f" The active uploaded profile `{active.id}` was measured on "
-            f"`{active.accelerator}`, not `{cluster.spec.accelerator}`: not used here."
+            f"`{active.accelerator}`, not `{cluster.spec.accelerator}`: not used here (tick "
+            "'use this profile on another accelerator' on the Calibration page to use it)."
         )
     return text
 
@@ -190,9 +236,12 @@ def sidebar_status() -> None:
             scope = (
                 "every accelerator"
                 if st.session_state.get(PROFILE_ALL, False)
-                else f"accelerator `{prof.accelerator}`"
+                else f"accelerator `{prof.accelerator}` only"
             )
-            st.caption(f"Calibration: uploaded profile `{prof.id}`, used for {scope}.")
+            st.caption(
+                f"Calibration: uploaded profile `{prof.id}` (measured on `{prof.accelerator}`), "
+                f"used for {scope}."
+            )
 
 
 # ---- simulation (cached on the frozen specs) -----------------------------------------------------
@@ -206,7 +255,11 @@ def _simulate(
     _profile: CalibrationProfile,
 ) -> StepReport:
     """The cached simulation (``prof_key`` stands for the unhashed ``_profile``)."""
-    return planner.simulate(model, cluster, layout, training, profile=_profile)
+    # the page chose the profile through active_profile / use_profile, which apply
+    # check_profile_device and the user's "another accelerator" choice
+    return planner.simulate(
+        model, cluster, layout, training, profile=_profile, profile_for_any_device=True
+    )
 
 
 def simulate(
@@ -217,8 +270,48 @@ def simulate(
     profile: CalibrationProfile,
 ) -> StepReport:
     """``planner.simulate`` behind ``st.cache_data`` keyed by the frozen specs and the
-    profile's fingerprint; raises PlannerError for an illegal layout."""
-    return _simulate(model, cluster, layout, training, profile_key(profile), profile)
+    profile's fingerprint; raises PlannerError for an illegal layout or a report whose figures
+    are not finite (:func:`check_report`)."""
+    return check_report(_simulate(model, cluster, layout, training, profile_key(profile), profile))
+
+
+_HEADLINE = (
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "mfu_pct",
+    "hfu_pct",
+    "step_time_s",
+    "peak_memory_gib",
+    "usable_memory_gib",
+    "memory_headroom_gib",
+)
+
+
+def check_report(report: StepReport) -> StepReport:
+    """``report`` when its figures are finite and physical (positive step time and throughput,
+    MFU within 0..100 %), else a one-line PlannerError naming the first bad figure: the app
+    shows an error, never NaN, inf or an MFU above 100 %."""
+    figures = {name: getattr(report, name) for name in _HEADLINE}
+    figures.update({f"time_breakdown_s.{k}": v for k, v in report.time_breakdown_s.items()})
+    for name, value in figures.items():
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            raise PlannerError(
+                f"report.{name}",
+                f"the simulation gave a non-finite value ({value}); check the calibration "
+                "profile and the specs",
+                "finite figures",
+            )
+    for name in ("tokens_per_s", "step_time_s"):
+        if figures[name] <= 0:
+            raise PlannerError(f"report.{name}", f"{figures[name]:g} is not positive", "> 0")
+    if not 0.0 <= report.mfu_pct <= 100.0:
+        raise PlannerError(
+            "report.mfu_pct",
+            f"MFU {report.mfu_pct:.1f} % is not physical; check the calibration profile's "
+            "efficiencies",
+            "0 to 100 %",
+        )
+    return report
 
 
 # ---- search -------------------------------------------------------------------------------------
@@ -232,6 +325,7 @@ class SearchRun:
     objective: str
     result: SearchResult
     profile_id: str
+    profile_accelerator: str = ""
 
 
 def coarse_space(
@@ -254,26 +348,26 @@ def coarse_space(
 
 
 # ---- uploads ------------------------------------------------------------------------------------
-def read_upload(upload: Uploaded, what: str) -> str:
-    """The text of an uploaded file: at most 1 MB of UTF-8, else a PlannerError."""
+def read_upload(upload: Uploaded, what: str, max_bytes: int = MAX_UPLOAD_BYTES) -> str:
+    """The text of an uploaded file: its size is checked before it is decoded as strict UTF-8;
+    either failure is a one-line PlannerError."""
     data = upload.getvalue()
-    if len(data) > MAX_UPLOAD_BYTES:
+    if len(data) > max_bytes:
+        limit = f"{max_bytes / 1e6:g} MB"
         raise PlannerError(
             what,
-            f"{upload.name} is {len(data) / 1e6:.1f} MB, larger than the 1 MB limit",
-            "a file under 1 MB",
+            f"{upload.name} is {len(data) / 1e6:.1f} MB, larger than the {limit} limit",
+            f"a file under {limit}",
         )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PlannerError(what, f"{upload.name} is not UTF-8 text", "a text file") from None
+    return decode_text(data, what)
 
 
-def parse_yaml(text: str, what: str) -> Any:
-    """Safe YAML (``yaml.safe_load``); a tag that would build a Python object is refused with
-    a message that says so."""
+def parse_yaml(text: str, what: str, max_bytes: int = MAX_UPLOAD_BYTES) -> Any:
+    """Untrusted YAML through :func:`planner.safe_io.load_yaml` (safe tags, bounded size,
+    nesting and alias expansion); a tag that would build a Python object is refused with a
+    message that says so."""
     try:
-        return read_yaml_text(text, what)
+        return load_yaml(text, what, max_bytes)
     except PlannerError as exc:
         if "constructor for the tag" in exc.message:
             raise PlannerError(
@@ -306,12 +400,7 @@ def parse_model_upload(
     ``name`` (None: from the config), and notes on the import. Raises PlannerError naming the
     bad field."""
     if hf:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PlannerError(
-                "config", f"invalid JSON at line {exc.lineno}: {exc.msg}", "a JSON object"
-            ) from None
+        data = load_json(text, "config", MAX_UPLOAD_BYTES)
         if not isinstance(data, dict):
             raise PlannerError(
                 "config", f"expected a JSON object, got {type(data).__name__}", "a JSON object"
@@ -329,90 +418,25 @@ def parse_model_upload(
 
 
 def parse_profile_text(text: str) -> CalibrationProfile:
-    """A calibration profile from JSON text, checked as ``planner.load_profile`` checks a file
-    (JSON syntax, ``schema_version``, the pydantic schema)."""
+    """A calibration profile from JSON text: strict JSON first (:func:`planner.safe_io.load_json`:
+    bounded size and depth, no NaN/Infinity), then checked as ``planner.load_profile`` checks a
+    file (``schema_version``, the pydantic schema)."""
+    load_json(text, "profile", MAX_UPLOAD_BYTES)
     return planner.profile.parse_profile_text(text)
 
 
-# ---- formatting ---------------------------------------------------------------------------------
-def _si(value: float, units: Sequence[tuple[float, str]], digits: int = 3) -> str:
-    """``value`` scaled by the first (scale, suffix) it reaches."""
-    for scale, suffix in units:
-        if abs(value) >= scale:
-            return f"{_sig(value / scale, digits)} {suffix}".rstrip()
-    scale, suffix = units[-1]
-    return f"{_sig(value / scale, digits)} {suffix}".rstrip()
+def use_profile(
+    profile: CalibrationProfile, cluster: Cluster, any_device: bool = False
+) -> CalibrationProfile:
+    """``profile`` for ``cluster`` after :func:`planner.profile.check_profile_device`: a profile
+    measured on another accelerator is a PlannerError unless ``any_device``."""
+    check_profile_device(profile, cluster, any_device=any_device)
+    return profile
 
 
-def _sig(x: float, digits: int = 3) -> str:
-    """``x`` with ``digits`` significant figures, thousands separated, no exponent."""
-    if x == 0 or not math.isfinite(x):
-        return f"{x:g}"
-    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))
-    return f"{x:,.{decimals}f}"
-
-
-def fmt_tokens_per_s(value: float) -> str:
-    """Tokens per second with an SI prefix: '166 k tokens/s', '1.45 M tokens/s'."""
-    return _si(
-        value, ((1e9, "G tokens/s"), (1e6, "M tokens/s"), (1e3, "k tokens/s"), (1, "tokens/s"))
-    )
-
-
-def fmt_count(value: float, unit: str = "") -> str:
-    """A count with an SI prefix: '15 T tokens', '1.2 M'."""
-    units = ((1e12, f"T {unit}"), (1e9, f"G {unit}"), (1e6, f"M {unit}"), (1e3, f"k {unit}"))
-    return _si(value, (*units, (1, unit)))
-
-
-def fmt_seconds(seconds: float) -> str:
-    """A duration in the unit that reads best: ms, s, min, h or days."""
-    if seconds < 1:
-        return f"{_sig(seconds * 1e3)} ms"
-    if seconds < 120:
-        return f"{_sig(seconds)} s"
-    if seconds < 7200:
-        return f"{_sig(seconds / 60)} min"
-    if seconds < 3 * 86400:
-        return f"{_sig(seconds / 3600)} h"
-    return f"{_sig(seconds / 86400)} days"
-
-
-def fmt_pct(value: float, digits: int = 1) -> str:
-    """A percentage: '54.3 %'."""
-    return f"{value:.{digits}f} %"
-
-
-def fmt_gib(value: float) -> str:
-    """Memory in GiB: '45.5 GiB'."""
-    return f"{value:,.1f} GiB"
-
-
-def fmt_usd(value: float) -> str:
-    """Dollars with an SI prefix: '$12.3 M', '$950'."""
-    if abs(value) >= 1e9:
-        return f"${_sig(value / 1e9)} B"
-    if abs(value) >= 1e6:
-        return f"${_sig(value / 1e6)} M"
-    if abs(value) >= 1e3:
-        return f"${_sig(value / 1e3)} k"
-    return f"${value:,.2f}"
-
-
-def fmt_energy_kwh(kwh: float) -> str:
-    """Energy: kWh, MWh or GWh."""
-    if kwh >= 1e6:
-        return f"{_sig(kwh / 1e6)} GWh"
-    if kwh >= 1e3:
-        return f"{_sig(kwh / 1e3)} MWh"
-    return f"{_sig(kwh)} kWh"
-
-
-def layout_text(layout: Layout, training: Training) -> str:
-    """A compact layout: 'TP2 PP1 DP4 CP1 EP1 VPP1 mb1 rc:none Z1 SP+ ov:dp+tp'."""
-    from planner.render import compact_layout
-
-    return compact_layout(layout, training)
+def profile_label(profile: CalibrationProfile) -> str:
+    """'h100-sxm5-80gb (measured on h100-sxm5-80gb)': a profile and its accelerator."""
+    return f"{profile.id} (measured on {profile.accelerator})"
 
 
 __all__ = [
@@ -420,13 +444,18 @@ __all__ = [
     "DEFAULT_CLUSTER",
     "DEFAULT_MODEL",
     "LAST_CLUSTER",
+    "CASES_BUDGET_S",
+    "Deadline",
+    "MAX_CASES_UPLOAD_BYTES",
     "MAX_UPLOAD_BYTES",
+    "SEARCH_BUDGET_S",
     "PROFILE_ALL",
     "SearchRun",
     "UPLOADED_MODEL",
     "VALIDATION_FILE",
     "HELDOUT_FILE",
     "active_profile",
+    "check_report",
     "cluster_ids",
     "coarse_space",
     "fmt_count",
@@ -450,6 +479,7 @@ __all__ = [
     "profile_caption",
     "profile_for",
     "profile_key",
+    "profile_label",
     "profile_resolver",
     "profile_state",
     "read_upload",
@@ -457,4 +487,5 @@ __all__ = [
     "shipped_profile",
     "sidebar_status",
     "simulate",
+    "use_profile",
 ]

@@ -1,8 +1,9 @@
 """Compare hardware: one model and token budget on each accelerator generation.
 
 For each cluster preset the layout search (exhaustive over a coarse space, 5 % memory
-headroom) finds the fastest layout at a GPU count, or, in budget mode, the fastest GPU count
-whose run fits the budget; then time to train, GPU-hours, cost and energy follow.
+headroom, the app's time budget per generation) finds the fastest layout at a GPU count, or, in
+budget mode, the fastest GPU count whose run fits the budget; then time to train, GPU-hours,
+cost and energy follow. Each row names the calibration profile it used.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import streamlit as st
 import planner
 from app_pages import charts
 from app_pages import common as c
+from planner.errors import PlannerError
 from planner.search_cmd import gpu_counts
 
 GENERATIONS = ("dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8x")
@@ -81,10 +83,11 @@ def best_per_count(
         memory_headroom=HEADROOM,
         space=c.coarse_space(_model, cluster, counts, seq_len),
         profile=_profile,
+        time_budget_s=c.SEARCH_BUDGET_S,
     )
     out: dict[int, dict[str, Any]] = {}
     for e in result.ranked:
-        if e.feasible and e.gpus not in out:
+        if e.feasible and e.gpus not in out and _finite(e.report):
             out[e.gpus] = {
                 "gpus": e.gpus,
                 "layout": c.layout_text(e.layout, e.training),
@@ -99,6 +102,15 @@ def best_per_count(
     return out
 
 
+def _finite(report: Any) -> bool:
+    """Whether a report's figures are finite and physical (:func:`common.check_report`)."""
+    try:
+        c.check_report(report)
+    except PlannerError:
+        return False
+    return True
+
+
 def row_for(
     cluster_id: str,
     option: dict[str, Any] | None,
@@ -106,12 +118,15 @@ def row_for(
     price: float,
     pue: float,
     note: str = "",
+    profile: str = "",
 ) -> dict[str, Any]:
-    """One table row: the searched layout and what training ``tokens`` would take."""
+    """One table row: the searched layout and what training ``tokens`` would take
+    (``option["error"]``: the search failed, e.g. ran past its time budget)."""
     cl = c.load_cluster(cluster_id)
     row: dict[str, Any] = {
         "cluster": cl.id,
         "accelerator": cl.accelerator.name,
+        "profile": profile,
         "GPUs": None,
         "best layout": None,
         "tokens/s": None,
@@ -125,6 +140,9 @@ def row_for(
         "energy (MWh)": None,
         "note": note,
     }
+    if option is not None and "error" in option:
+        row["note"] = option["error"]
+        return row
     if option is None or "tokens_per_s" not in option:
         row["note"] = "no feasible layout" + (f": {option['reason']}" if option else "")
         return row
@@ -266,14 +284,17 @@ def body() -> None:
         else:
             first = min(cl.spec.gpus_per_node, gpus_max)
             counts = gpu_counts(first, gpus_max, cl.spec.scale_up_domain_gpus)
-        options = best_per_count(
-            model_id, cid, counts, global_batch, seq_len, c.profile_key(profile), model, profile
-        )
+        try:
+            options = best_per_count(
+                model_id, cid, counts, global_batch, seq_len, c.profile_key(profile), model, profile
+            )
+        except PlannerError as exc:  # this generation's search failed: say so in its row
+            options = {-1: {"error": c.one_line(exc)}}
         if mode == GPU_COUNT:
             option, note = options.get(gpus, options.get(-1)), ""
         else:
             option, note = choose_in_budget(options, tokens, price, budget_usd)
-        rows.append(row_for(cid, option, tokens, price, pue, note))
+        rows.append(row_for(cid, option, tokens, price, pue, note, c.profile_label(profile)))
         bar.progress((i + 1) / len(chosen), text=f"searched {cid}")
     bar.empty()
 

@@ -19,9 +19,11 @@ from pydantic import ValidationError
 from app_pages import charts
 from app_pages import common as c
 from app_pages import estimate_extras as extras
+from planner.divisors import divisors
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.legality import check_layout
 from planner.report import StepReport
+from planner.safe_io import dumps_strict
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -72,18 +74,13 @@ def _join(values: Iterable[int]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def _divisors(n: int) -> list[int]:
-    """Positive divisors of ``n``, ascending."""
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def legal_tp(model: ModelSpec, cluster: Cluster, gpus: int, pp: int, cp: int) -> list[int]:
     """TP sizes that divide the heads and KV heads, stay inside one scale-up domain and leave
     an integer DP for this GPU count."""
     domain = cluster.spec.scale_up_domain_gpus
     return [
         t
-        for t in _divisors(model.heads)
+        for t in divisors(model.heads)
         if (model.mla is not None or model.n_kv_heads % t == 0)
         and t <= domain
         and gpus % (t * pp * cp) == 0
@@ -113,20 +110,26 @@ def suggestion(
             else ""
         )
     if err.field == "layout.pp":
-        ok = [p for p in _divisors(gpus // (tp * cp)) if p * vpp <= model.layers]
+        ok = [p for p in divisors(gpus // (tp * cp)) if p * vpp <= model.layers]
+        if not ok:
+            return ""
         return f"Nearest valid pp: {' or '.join(map(str, nearest(ok, pp)))} (legal: {_join(ok)})."
     if err.field == "layout.vpp":
         return "Set vpp = 1, or pp > 1 to interleave."
     if err.field == "layout.cp":
         if "state-space" in err.message:
             return "Use cp = 1 for this model."
-        ok = [x for x in _divisors(gpus // (tp * pp)) if x == 1 or training.seq_len % (2 * x) == 0]
+        ok = [x for x in divisors(gpus // (tp * pp)) if x == 1 or training.seq_len % (2 * x) == 0]
+        if not ok:
+            return ""
         return f"Nearest valid cp: {' or '.join(map(str, nearest(ok, cp)))} (legal: {_join(ok)})."
     if err.field == "layout.ep":
         if model.moe is None:
             return "Use ep = 1 (dense model)."
         grid = tp * dp * cp
-        ok = [e for e in _divisors(model.moe.experts) if grid % e == 0]
+        ok = [e for e in divisors(model.moe.experts) if grid % e == 0]
+        if not ok:
+            return ""
         return (
             f"Nearest valid ep: {' or '.join(map(str, nearest(ok, layout.ep)))} "
             f"(dividing experts={model.moe.experts} and tp*dp*cp={grid}: {_join(ok)})."
@@ -138,8 +141,10 @@ def suggestion(
         batches = [b for b in (lo, hi) if b > 0]
         text = f"Nearest valid global batch: {' or '.join(map(str, batches))} (multiples of {per})"
         if gb % dp == 0:
-            mbs = [m for m in _divisors(gb // dp) if m <= 64]
-            text += f"; or micro-batch {' or '.join(map(str, nearest(mbs, training.micro_batch)))}"
+            mbs = [m for m in divisors(gb // dp) if m <= 64]
+            near = nearest(mbs, training.micro_batch)
+            if near:
+                text += f"; or micro-batch {' or '.join(map(str, near))}"
         return text + "."
     return ""
 
@@ -153,7 +158,7 @@ def world_size_message(
     counts = [g for g in (lo, hi) if g > 0]
     alt = ", ".join(f"{g} GPUs (dp = {g // denom})" for g in counts)
     tps = legal_tp(model, cluster, gpus, pp, cp)
-    pps = [p for p in _divisors(gpus) if gpus % (tp * p * cp) == 0 and p <= model.layers]
+    pps = [p for p in divisors(gpus) if gpus % (tp * p * cp) == 0 and p <= model.layers]
     text = (
         f"layout: tp*pp*cp = {tp}*{pp}*{cp} = {denom} does not divide gpus = {gpus}, so "
         f"dp = gpus/(tp*pp*cp) = {gpus / denom:.3g} is not an integer. "
@@ -251,6 +256,18 @@ def show_report(model: ModelSpec, cluster: Cluster, layout: Layout, report: Step
         charts.memory_figure(report, cluster.accelerator.hbm_capacity_gib), key="est_mem_chart"
     )
     right.plotly_chart(charts.time_figure(report), key="est_time_chart")
+    if layout.pp > charts.MAX_DRAWN_STAGES:
+        st.info(
+            f"Pipeline timeline not drawn: pp = {layout.pp} stages (at most "
+            f"{charts.MAX_DRAWN_STAGES} are drawn)."
+        )
+    else:
+        show_timeline(layout, report)
+    show_details(model, cluster, report)
+
+
+def show_timeline(layout: Layout, report: StepReport) -> None:
+    """The schematic pipeline timeline and how it was derived."""
     timeline = _timeline(_report_key(report), layout.pp, layout.virtual_stages, report)
     st.plotly_chart(charts.pipeline_figure(timeline), key="est_pipeline_chart")
     scale, unit = charts.time_unit(timeline.end_s)
@@ -269,6 +286,10 @@ def show_report(model: ModelSpec, cluster: Cluster, layout: Layout, report: Step
         f"{report.step_time_s * scale:.4g} {unit})."
         + (" " + "; ".join(timeline.notes) + "." if timeline.notes else "")
     )
+
+
+def show_details(model: ModelSpec, cluster: Cluster, report: StepReport) -> None:
+    """Placement, assumptions and the report download."""
     with st.expander("Details: placement, assumptions, MFU convention"):
         st.markdown(
             f"**{model.name}** on {report.gpus} x {cluster.accelerator.name} "
@@ -282,7 +303,7 @@ def show_report(model: ModelSpec, cluster: Cluster, layout: Layout, report: Step
         st.caption(report.mfu_convention)
     st.download_button(
         "Download the report (JSON)",
-        data=json.dumps(report.to_dict(), indent=2),
+        data=dumps_strict(report.to_dict()),
         file_name=f"{model.name}-{cluster.id}-{report.gpus}gpus.json",
         mime="application/json",
         on_click="ignore",

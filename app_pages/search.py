@@ -1,4 +1,8 @@
-"""Search: the layout search with a progress bar, the top layouts, Pareto fronts and exports."""
+"""Search: the layout search with a progress bar, the top layouts, Pareto fronts and exports.
+
+The search runs under the app's time budget (``common.SEARCH_BUDGET_S``): a space too large
+to finish is one error line, never a pinned server thread.
+"""
 
 from __future__ import annotations
 
@@ -162,13 +166,14 @@ def run(params: dict[str, Any]) -> c.SearchRun:
         profile=profile,
         pareto=True,
         progress=_progress_callback(bar),
+        time_budget_s=c.SEARCH_BUDGET_S,
     )
     bar.progress(
         1.0, text=f"done: {result.evaluated:,} layouts simulated in {result.seconds:.2f} s"
     )
     if len(counts) > 1:
         result.notes.append(f"GPU counts searched: {', '.join(map(str, counts))}")
-    return c.SearchRun(model, cluster, params["objective"], result, profile.id)
+    return c.SearchRun(model, cluster, params["objective"], result, profile.id, profile.accelerator)
 
 
 def _row(rank: int, e: Evaluated, objective: str) -> dict[str, Any]:
@@ -236,6 +241,8 @@ def show(run_: c.SearchRun) -> None:
             "global batch divisible by micro_batch*dp, or memory headroom 0)"
         )
         return
+    for e in top:  # an error line, never a NaN or an MFU above 100 % in the table
+        c.check_report(e.report)
     best = top[0]
     st.subheader(f"Best: {c.layout_text(best.layout, best.training)} on {best.gpus} GPUs")
     cols = st.columns(4)
@@ -244,7 +251,8 @@ def show(run_: c.SearchRun) -> None:
     cols[2].metric("Step time", c.fmt_seconds(best.report.step_time_s))
     cols[3].metric("Memory per GPU", c.fmt_gib(best.report.peak_memory_gib))
     st.caption(
-        f"{run_.model.name} on {run_.cluster.spec.name}, profile {run_.profile_id}; method "
+        f"{run_.model.name} on {run_.cluster.spec.name}, calibration profile "
+        f"{run_.profile_id} (measured on {run_.profile_accelerator}); method "
         f"{result.method}: {result.evaluated:,} layouts simulated"
         + (f" of {result.space_size:,} legal" if result.space_size else "")
         + f" in {result.seconds:.2f} s. Rejected or infeasible: {reasons or 'none'}."

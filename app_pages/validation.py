@@ -7,6 +7,7 @@ calibration profile; users may upload their own cases in the same schema.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -21,6 +22,7 @@ from planner.validate import run_case, summarize, validate_file
 PUBLIC = "Public validation cases"
 HELDOUT = "Held-out MoE rows"
 UPLOADED = "My cases (upload)"
+MAX_CASES = 500  # cases of one upload (the public file has about 120)
 
 
 @st.cache_data(show_spinner="Simulating the public cases...", max_entries=16)
@@ -31,16 +33,51 @@ def public_results(path: str, mtime: float, prof_state: str, _profile_for: Any) 
 
 @st.cache_data(show_spinner="Simulating your cases...", max_entries=16)
 def uploaded_results(text: str, prof_state: str, _profile_for: Any) -> dict:
-    """The uploaded cases, run as ``planner validate`` runs a file."""
-    data = c.parse_yaml(text, "FILE")
-    if not isinstance(data, list):
-        raise PlannerError(
-            "FILE",
-            f"expected a YAML list of cases, got {type(data).__name__}",
-            "schema version 1 (see shared/validation/README.md)",
-        )
-    cases = [run_case(raw, _profile_for) for raw in data]
+    """The uploaded cases, run as ``planner validate`` runs a file, at most MAX_CASES of them
+    within the app's time budget; a file that cannot be read or run is ``{"error": line}``
+    (cached too, so a rerun does not spend the budget again)."""
+    try:
+        data = c.parse_yaml(text, "FILE")
+        if not isinstance(data, list):
+            raise PlannerError(
+                "FILE",
+                f"expected a YAML list of cases, got {type(data).__name__}",
+                "schema version 1 (see shared/validation/README.md)",
+            )
+        if len(data) > MAX_CASES:
+            raise PlannerError(
+                "FILE", f"{len(data):,} cases", f"at most {MAX_CASES} cases per upload"
+            )
+        deadline = c.Deadline("FILE", c.CASES_BUDGET_S, "simulating the cases")
+        clusters = set(c.cluster_ids())
+        cases = []
+        for i, raw in enumerate(data):
+            deadline.check(f"{i} of {len(data)} cases done")
+            cases.append(_run_uploaded(raw, clusters, _profile_for))
+    except PlannerError as exc:
+        return {"error": c.one_line(exc)}
     return {"cases": cases, "summary": summarize(cases)}
+
+
+def _run_uploaded(raw: Any, clusters: set[str], profile_for: Any) -> dict[str, Any]:
+    """One uploaded case: its cluster must be a shipped preset (an upload never names a file
+    on the server), its id is shown as short text, and a prediction that is not finite is an
+    error, never a NaN in the table."""
+    if isinstance(raw, dict) and "cluster" in raw and str(raw["cluster"]) not in clusters:
+        case = run_case({"id": raw.get("id", "?")}, profile_for)
+        case["reason"] = (
+            f"cluster: unknown preset {str(raw['cluster'])[:60]!r} "
+            f"(valid: {', '.join(sorted(clusters))})"
+        )
+    else:
+        case = run_case(raw, profile_for)
+    case["id"] = " ".join(str(case.get("id", "?")).split())[:80]
+    case["reason"] = " ".join(str(case.get("reason", "")).split())
+    figures = ("predicted_tokens_per_s_per_gpu", "error_pct", "predicted_mfu_pct")
+    if any(isinstance(case.get(k), float) and not math.isfinite(case[k]) for k in figures):
+        case.update({k: None for k in figures})
+        case.update(status="error", reason="the simulation gave a non-finite figure")
+    return case
 
 
 def per_source(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -129,7 +166,10 @@ def body() -> None:
         result = public_results(
             str(path), path.stat().st_mtime, c.profile_state(), c.profile_resolver()
         )
-        st.caption(f"File: `{path.name}` ({len(result['cases'])} cases, schema version 1).")
+        st.caption(
+            f"File: `{path.name}` ({len(result['cases'])} cases, schema version 1). "
+            + _profiles_caption()
+        )
         show(result, "public" if source == PUBLIC else "heldout")
         return
     upload = st.file_uploader(
@@ -143,9 +183,12 @@ def body() -> None:
         return
     try:
         text = c.read_upload(upload, "FILE")
-        result = uploaded_results(text, c.profile_state(), c.profile_resolver())
     except PlannerError as exc:
         st.error(f"Could not read {upload.name}: {c.one_line(exc)}")
+        return
+    result = uploaded_results(text, c.profile_state(), c.profile_resolver())
+    if "error" in result:
+        st.error(f"Could not read {upload.name}: {result['error']}")
         return
     errors = [x for x in result["cases"] if x["status"] == "error"]
     if errors:
@@ -153,7 +196,20 @@ def body() -> None:
             f"{len(errors)} of {len(result['cases'])} cases could not be read or simulated, "
             f"e.g. {errors[0]['id']}: {errors[0]['reason']}"
         )
+    st.caption(_profiles_caption())
     show(result, "uploaded")
+
+
+def _profiles_caption() -> str:
+    """Which calibration profiles the cases were simulated with."""
+    active = c.active_profile()
+    if active is None:
+        return "Calibration: the shipped profile of each case's accelerator."
+    return (
+        f"Calibration: `{c.profile_label(active)}` on "
+        + ("every accelerator" if st.session_state.get(c.PROFILE_ALL) else "its accelerator")
+        + ", the shipped profile elsewhere."
+    )
 
 
 c.run_page(body)

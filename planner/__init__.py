@@ -17,7 +17,7 @@ from pathlib import Path
 
 from planner.errors import PlannerError
 from planner.legality import check_layout
-from planner.profile import CalibrationProfile, load_profile
+from planner.profile import CalibrationProfile, check_profile_device, load_profile
 from planner.report import MFU_CONVENTION, StepReport
 from planner.simulate import simulate_step
 from planner.specs import (
@@ -51,14 +51,21 @@ def simulate(
     layout: Layout,
     training: Training,
     profile: CalibrationProfile | str | Path | None = None,
+    profile_for_any_device: bool = False,
 ) -> StepReport:
-    """Predict one training step; ``profile`` defaults to the cluster's calibration profile."""
+    """Predict one training step; ``profile`` defaults to the cluster's calibration profile.
+
+    A ``profile`` measured on another accelerator than the cluster's is a PlannerError unless
+    ``profile_for_any_device`` is True (a CPU profile on an H100 cluster is 100x off).
+    """
     if profile is None:
         prof = default_profile(cluster)
     elif isinstance(profile, CalibrationProfile):
         prof = profile
     else:
         prof = _cached_profile(str(profile))
+    if profile is not None:
+        check_profile_device(prof, cluster, profile_for_any_device)
     return simulate_step(model, cluster, layout, training, prof)
 
 

@@ -331,7 +331,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cluster = planner.load_cluster(args.cluster)
     gpus, layout, training = _simulate_inputs(args)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
-    report = planner.simulate(model, cluster, layout, training, run_profile(args, cluster))
+    report = planner.simulate(
+        model, cluster, layout, training, run_profile(args, cluster), args.profile_for_any_device
+    )
     if args.trace:
         timeline_cmds.write_trace(report, model, layout, training, args.trace)
     if args.json:

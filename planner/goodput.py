@@ -89,24 +89,24 @@ class GoodputSettings:
     checkpoint_interval_minutes: float | None = None
 
     def __post_init__(self) -> None:
-        positive = {
-            "mtbf_hours_per_gpu": self.mtbf_hours_per_gpu,
-            "checkpoint_write_gb_per_s": self.checkpoint_write_gb_per_s,
-            "snapshot_gb_per_s": self.snapshot_gb_per_s,
+        checks = {  # name: (value, low, low inclusive, high), the documented ranges
+            "mtbf_hours_per_gpu": (self.mtbf_hours_per_gpu, 0.0, False, 1e9),
+            "checkpoint_write_gb_per_s": (self.checkpoint_write_gb_per_s, 0.0, False, 1e6),
+            "snapshot_gb_per_s": (self.snapshot_gb_per_s, 0.0, False, 1e6),
+            "storage_gb_per_s": (self.storage_gb_per_s, 0.0, False, 1e7),
+            "checkpoint_interval_minutes": (self.checkpoint_interval_minutes, 0.0, False, 1e6),
+            "restart_minutes": (self.restart_minutes, 0.0, True, 1e5),
         }
-        if self.storage_gb_per_s is not None:
-            positive["storage_gb_per_s"] = self.storage_gb_per_s
-        if self.checkpoint_interval_minutes is not None:
-            positive["checkpoint_interval_minutes"] = self.checkpoint_interval_minutes
-        for name, value in positive.items():
-            if not (value > 0 and math.isfinite(value)):
-                raise PlannerError(f"goodput.{name}", f"{name}={value}", "a number > 0")
-        if not (self.restart_minutes >= 0 and math.isfinite(self.restart_minutes)):
-            raise PlannerError(
-                "goodput.restart_minutes",
-                f"restart_minutes={self.restart_minutes}",
-                "a number >= 0",
-            )
+        for name, (value, low, inclusive, high) in checks.items():
+            if value is None:
+                continue
+            above = value >= low if inclusive else value > low
+            if isinstance(value, bool) or not (math.isfinite(value) and above and value <= high):
+                raise PlannerError(
+                    f"goodput.{name}",
+                    f"{name}={value} is out of range",
+                    f"{'>=' if inclusive else '>'} {low:g} and <= {high:g}",
+                )
 
 
 # ---- checkpoint size ---------------------------------------------------------------------------

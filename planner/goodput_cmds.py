@@ -126,7 +126,9 @@ def _inputs(
     gpus, layout, training = _simulate_inputs(args)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
     profile = run_profile(args, cluster)
-    report = planner.simulate(model, cluster, layout, training, profile)
+    report = planner.simulate(
+        model, cluster, layout, training, profile, args.profile_for_any_device
+    )
     return model, cluster, layout, training, profile, report
 
 

@@ -23,7 +23,6 @@ from rich.table import Table
 import planner
 from planner.errors import PlannerError
 from planner.kineto import KinetoTrace, compare, load_kineto
-from planner.profile import check_profile_device
 from planner.report import StepReport
 from planner.safe_io import dumps_strict
 from planner.timeline import build_timeline, write_trace
@@ -79,9 +78,7 @@ def _simulate(args: argparse.Namespace) -> StepReport:
     gpus = file_gpus or layout.world_size
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
     profile = planner.load_profile(args.profile) if args.profile else None
-    if profile is not None:
-        check_profile_device(profile, cluster, args.profile_for_any_device)
-    return planner.simulate(model, cluster, layout, training, profile)
+    return planner.simulate(model, cluster, layout, training, profile, args.profile_for_any_device)
 
 
 def _s(value: float) -> str:

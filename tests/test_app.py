@@ -4,6 +4,7 @@ widgets change the numbers, bad uploads show an error box and never a traceback.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -422,3 +423,181 @@ def test_unexpected_error_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     at.number_input(key="est_tp").set_value(4).run()
     _ok(at)
     assert _errors(at) == ["Unexpected error (RuntimeError): simulator exploded second line"]
+
+
+# ---- hostile and extreme input: one error line, no hang, no NaN --------------------------------
+HANG_GUARD_S = 120  # AppTest timeout: only catches a hang, asserts nothing about speed
+
+
+def _upload(at: AppTest, key: str, name: str, data: bytes) -> AppTest:
+    at.file_uploader(key=key).set_value((name, data, "application/octet-stream"))
+    return at.run(timeout=HANG_GUARD_S)
+
+
+def test_estimate_huge_heads_upload_is_an_error_line_not_a_hang() -> None:
+    import re
+
+    text = (ROOT / "models" / "llama3.1-8b.yaml").read_text()
+    text = re.sub(r"(?m)^heads: .*$", "heads: 1000000000000", text)
+    at = _app(est_model_source="Upload model YAML", est_tp=3, est_gpus=6)
+    _upload(at, "est_upload", "huge.yaml", text.encode())
+    _ok(at)
+    errors = _errors(at)
+    assert len(errors) == 1 and "heads" in errors[0], errors
+    assert "\n" not in errors[0].split("  \n")[0] and not at.metric
+
+
+BILLION_LAUGHS = b"""\
+- id: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+""" + b"".join(
+    f"- id: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+    f"*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]\n".encode()
+    for i in range(1, 9)
+)
+
+
+def test_validation_billion_laughs_upload_is_one_error_line() -> None:
+    at = _app("app_pages/validation.py", val_source="My cases (upload)")
+    _upload(at, "val_upload", "laughs.yaml", BILLION_LAUGHS)
+    _ok(at)
+    errors = _errors(at)
+    assert len(errors) == 1 and "aliases expand" in errors[0], errors
+    assert "MemoryError" not in errors[0] and not at.metric
+
+
+@pytest.mark.parametrize(
+    ("page", "state", "key", "name"),
+    [
+        (
+            "app_pages/estimate.py",
+            {"est_model_source": "Upload model YAML"},
+            "est_upload",
+            "m.yaml",
+        ),
+        (
+            "app_pages/estimate.py",
+            {"est_model_source": "Upload HuggingFace config.json"},
+            "est_upload",
+            "config.json",
+        ),
+        ("app_pages/validation.py", {"val_source": "My cases (upload)"}, "val_upload", "v.yaml"),
+        ("app_pages/calibration.py", {}, "cal_upload", "p.json"),
+    ],
+)
+def test_non_utf8_upload_is_one_error_line(page: str, state: dict, key: str, name: str) -> None:
+    at = _app(page, **state)
+    _upload(at, key, name, '{"name": "caf\u00e9"}\n'.encode("latin-1"))
+    _ok(at)
+    errors = _errors(at)
+    assert len(errors) == 1 and "not UTF-8" in errors[0] and "0xe9" in errors[0], errors
+
+
+def test_validation_upload_runs_under_a_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    at = _app("app_pages/validation.py", val_source="My cases (upload)")
+    monkeypatch.setattr(sys.modules["app_pages.common"], "CASES_BUDGET_S", 0.0)
+    cases = b"- id: a\n- id: b\n"
+    _upload(at, "val_upload", "cases.yaml", cases)
+    _ok(at)
+    errors = _errors(at)
+    assert len(errors) == 1 and "budget" in errors[0], errors
+
+
+def test_validation_upload_cannot_name_a_server_file() -> None:
+    import yaml
+
+    case = {"id": "x", "cluster": "/etc/hosts"}
+    at = _app("app_pages/validation.py", val_source="My cases (upload)")
+    _upload(at, "val_upload", "cases.yaml", yaml.safe_dump([case]).encode())
+    _ok(at)
+    assert any("unknown preset" in w.value for w in at.warning)
+
+
+def _b200_profile() -> bytes:
+    return (ROOT / "calibration" / "profiles" / "b200.json").read_bytes()
+
+
+def test_calibration_profile_for_another_accelerator_needs_the_checkbox() -> None:
+    at = _app("app_pages/calibration.py", cal_cluster="dgx-h100")
+    _upload(at, "cal_upload", "b200.json", _b200_profile())
+    _ok(at)
+    errors = _errors(at)
+    assert len(errors) == 1 and "measured on 'b200'" in errors[0], errors
+    assert not [b for b in at.button if b.key == "cal_use"]
+    assert len(_spec(at.get("plotly_chart")[0])["data"]) == 1  # shipped curve only
+    at.checkbox(key="cal_all").check().run(timeout=HANG_GUARD_S)
+    _ok(at)
+    assert not _errors(at)
+    assert len(_spec(at.get("plotly_chart")[0])["data"]) == 2
+    at.button(key="cal_use").click().run(timeout=HANG_GUARD_S)
+    _ok(at)
+    assert any("`b200`" in s.value for s in at.success)
+    at.switch_page("app_pages/estimate.py").run(timeout=HANG_GUARD_S)
+    _ok(at)
+    assert any("**b200** (measured on `b200`)" in x.value for x in at.caption)
+
+
+def test_estimate_says_when_the_active_profile_is_for_another_accelerator() -> None:
+    at = _app("app_pages/calibration.py", cal_cluster="dgx-b200")
+    _upload(at, "cal_upload", "b200.json", _b200_profile())
+    at.button(key="cal_use").click().run(timeout=HANG_GUARD_S)
+    _ok(at)
+    at.switch_page("app_pages/estimate.py").run(timeout=HANG_GUARD_S)  # dgx-h100
+    _ok(at)
+    captions = " ".join(x.value for x in at.caption)
+    assert "(measured on `h100-sxm5-80gb`)" in captions and "not used here" in captions
+
+
+@pytest.mark.parametrize(("field", "value"), [("mfu_pct", 155.0), ("step_time_s", math.nan)])
+def test_estimate_never_shows_non_finite_or_impossible_figures(
+    monkeypatch: pytest.MonkeyPatch, field: str, value: float
+) -> None:
+    import dataclasses
+    import sys
+
+    at = _app()
+    common = sys.modules["app_pages.common"]
+    real = common._simulate
+
+    def broken(*args: object, **kwargs: object) -> object:
+        return dataclasses.replace(real(*args, **kwargs), **{field: value})
+
+    monkeypatch.setattr(common, "_simulate", broken)
+    at.number_input(key="est_tp").set_value(4).run(timeout=HANG_GUARD_S)
+    _ok(at)
+    errors = _errors(at)
+    assert len(errors) == 1 and f"report.{field}" in errors[0], errors
+    assert not at.metric
+
+
+def test_search_runs_under_a_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    at = _app("app_pages/search.py")
+    monkeypatch.setattr(sys.modules["app_pages.common"], "SEARCH_BUDGET_S", 1e-9)
+    at.button(key="srch_submit").click().run(timeout=HANG_GUARD_S)
+    _ok(at)
+    errors = _errors(at)
+    assert len(errors) == 1 and "search.time_budget_s" in errors[0], errors
+
+
+def test_compare_search_budget_is_said_per_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    at = _app("app_pages/compare.py")
+    monkeypatch.setattr(sys.modules["app_pages.common"], "SEARCH_BUDGET_S", 1e-9)
+    at.number_input(key="cmp_gpus").set_value(32).run(timeout=HANG_GUARD_S)
+    _ok(at)
+    assert not _errors(at)
+    table = at.dataframe[0].value
+    assert table["note"].str.contains("search.time_budget_s").all()
+    assert table["profile"].str.contains("measured on").all()
+
+
+def test_estimate_deep_pipeline_is_not_drawn() -> None:
+    at = _app(est_model="llama3.1-405b", est_gpus=63, est_tp=1, est_pp=63, est_global_batch=63)
+    _ok(at)
+    assert _metric(at, "Tokens/s")
+    assert len(at.get("plotly_chart")) == 2
+    assert any("timeline not drawn" in i.value for i in at.info)
