@@ -36,6 +36,7 @@ from app_pages.fmt import (
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile, check_profile_device
 from planner.report import StepReport
+from planner.resources import shipped_cases
 from planner.safe_io import MAX_CASES_BYTES, decode_text, load_json, load_yaml
 from planner.search import SearchResult, SearchSpace, default_space
 from planner.specs.hardware import Cluster
@@ -49,8 +50,8 @@ from planner.specs.loading import (
 from planner.specs.model import ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-VALIDATION_FILE = REPO_ROOT.parent / "shared" / "validation" / "public.yaml"
-HELDOUT_FILE = REPO_ROOT / "benchmarks" / "heldout" / "bridge_archive_moe.yaml"
+VALIDATION_FILE = shipped_cases()["public"]  # calibration/validation/, in the wheel too
+HELDOUT_FILE = shipped_cases()["heldout_moe"]
 MAX_UPLOAD_BYTES = 1_000_000  # "1 MB", as planner.safe_io.MAX_SPEC_BYTES
 MAX_CASES_UPLOAD_BYTES = min(MAX_CASES_BYTES, 5_000_000)  # a validation upload
 SEARCH_BUDGET_S = 20.0  # one search on the Search page, one generation on the Compare page

@@ -1,7 +1,7 @@
 """Validation: predicted vs measured tokens/s per GPU for published training runs.
 
 The public cases (``shared/validation/public.yaml``, schema version 1) and the held-out MoE rows
-(``benchmarks/heldout/bridge_archive_moe.yaml``, read by no fit) are simulated with the active
+(``calibration/validation/heldout_moe.yaml``, read by no fit) are simulated with the active
 calibration profile; users may upload their own cases in the same schema.
 """
 

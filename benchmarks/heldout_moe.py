@@ -2,7 +2,7 @@
 
     python benchmarks/heldout_moe.py [CASES.yaml]
 
-Simulates benchmarks/heldout/bridge_archive_moe.yaml (33 Megatron-Bridge 25.09 / 25.11 / 26.02 MoE rows
+Simulates calibration/validation/heldout_moe.yaml (33 Megatron-Bridge 25.09 / 25.11 / 26.02 MoE rows
 transcribed from the performance-summary archive, none of them in shared/validation/public.yaml
 and none read by any fit) with the shipped profiles, and again with the host model switched off
 (``host.op_us = 0``), and prints both errors per row and the summary.
@@ -20,7 +20,7 @@ import planner
 from planner.profile import CalibrationProfile
 from planner.validate import run_case
 
-DEFAULT = Path(__file__).resolve().parent / "heldout" / "bridge_archive_moe.yaml"
+DEFAULT = Path(__file__).resolve().parents[1] / "calibration" / "validation" / "heldout_moe.yaml"
 
 
 def _no_host(cluster: planner.Cluster) -> CalibrationProfile:

@@ -43,7 +43,7 @@ from planner.specs.layout import Layout, Training
 from planner.validate import Case, case_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CASES = ROOT.parent / "shared" / "validation" / "public.yaml"
+DEFAULT_CASES = ROOT / "calibration" / "validation" / "public.yaml"
 # The 2021 DeepSpeed ZeRO-3 runs (Narayanan et al. 2021, Table 2) are the simulator's known
 # miss (docs/validation.md, "Biggest misses"); one summary row leaves them out.
 KNOWN_MISSES = ("mlm2021_t2_zero3_",)

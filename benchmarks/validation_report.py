@@ -17,7 +17,7 @@ import planner
 from planner.validate import summarize, validate_file
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CASES = ROOT.parent / "shared" / "validation" / "public.yaml"
+DEFAULT_CASES = ROOT / "calibration" / "validation" / "public.yaml"
 
 NOTES = """\
 ## Biggest misses and their causes

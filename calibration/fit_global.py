@@ -1,6 +1,6 @@
 """Fit the three global in-training parameters on the public validation set, and report honestly.
 
-    python -m calibration.fit_global [../shared/validation/public.yaml]
+    python -m calibration.fit_global [calibration/validation/public.yaml]
 
 Fits ``gemm.sustained_fraction`` (in-training throughput over microbenchmark throughput),
 ``comm.overlap_contention`` (share of overlapped communication that still costs compute) and
@@ -28,7 +28,7 @@ from planner.profile import CalibrationProfile
 from planner.validate import run_case
 
 OUT = Path(__file__).resolve().parent / "global_params.json"
-DEFAULT_CASES = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "public.yaml"
+DEFAULT_CASES = Path(__file__).resolve().parent / "validation" / "public.yaml"
 # A prior, not a fit: overlapped communication cannot cost more than half its time; an eager
 # framework op costs the host between 0 and 200 us.
 BOUNDS = ([0.3, 0.0, 0.0], [1.0, 0.5, 200.0])

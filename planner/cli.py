@@ -18,7 +18,15 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 import planner
-from planner import calibrate_cmds, goodput_cmds, hf_cmd, search_cmd, timeline_cmds, trace_cmd
+from planner import (
+    app_cmd,
+    calibrate_cmds,
+    goodput_cmds,
+    hf_cmd,
+    search_cmd,
+    timeline_cmds,
+    trace_cmd,
+)
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile, check_profile_device
 from planner.render import render_list, render_simulation, render_validation
@@ -197,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_cmd.add_parsers(sub)
     goodput_cmds.add_parsers(sub)
     timeline_cmds.add_parsers(sub)
+    app_cmd.add_parsers(sub)
     lp = sub.add_parser("list", help="list shipped models, clusters or accelerators")
     lp.add_argument("kind", choices=("models", "clusters", "accelerators"))
     lp.add_argument("--json", action="store_true", help="print a JSON list of {id, description}")
@@ -411,6 +420,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **trace_cmd.COMMANDS,
     **goodput_cmds.COMMANDS,
     **timeline_cmds.COMMANDS,
+    **app_cmd.COMMANDS,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.resources import PROFILES_DIR
 from planner.safe_io import load_json, read_text
 from planner.specs.base import (
     MAX_BANDWIDTH_GB_PER_S,
@@ -24,7 +25,6 @@ from planner.specs.base import (
     no_bool,
 )
 
-PROFILES_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
 PROFILE_SCHEMA_VERSION = 1
 
 

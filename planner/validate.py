@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
+from planner.resources import cases_path
 from planner.safe_io import MAX_CASES_BYTES
 from planner.simulate import simulate_step
 from planner.specs.base import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MICRO_BATCH, MAX_SEQ_LEN, Spec
@@ -349,8 +350,9 @@ def _finite(value: Any) -> bool:
 
 
 def validate_file(path: str | Path, profile_for: Any) -> dict:
-    """Run every case of a validation file; ``profile_for(cluster) -> CalibrationProfile``."""
-    data = read_yaml_file(path, "FILE", MAX_CASES_BYTES)
+    """Run every case of a validation file (a path, or a shipped id: ``public``,
+    ``heldout_moe``); ``profile_for(cluster) -> CalibrationProfile``."""
+    data = read_yaml_file(cases_path(path), "FILE", MAX_CASES_BYTES)
     if not isinstance(data, list):
         raise PlannerError("FILE", "expected a YAML list of cases", "schema version 1")
     cases = [run_case(raw, profile_for) for raw in data]

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from planner.cli import main
+from planner.resources import shipped_cases
 
 README_EXAMPLE = [
     "simulate",
@@ -28,9 +29,7 @@ README_EXAMPLE = [
     "8192",
 ]
 SMALL = ["simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100"]
-PUBLIC_CASES = Path("/work/shared/validation/public.yaml")
-if not PUBLIC_CASES.is_file():
-    PUBLIC_CASES = Path(__file__).resolve().parents[1] / "shared" / "validation" / "public.yaml"
+PUBLIC_CASES = shipped_cases()["public"]  # calibration/validation/public.yaml, shipped
 
 
 def _simulate_8(model: str) -> list[str]:
@@ -182,8 +181,6 @@ def test_argparse_rejects_bad_choice(capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.fixture
 def validation_file(tmp_path: Path) -> Path:
-    if not PUBLIC_CASES.is_file():
-        pytest.skip("shared/validation/public.yaml not available")
     cases = yaml.safe_load(PUBLIC_CASES.read_text())[:2]
     broken = dict(cases[0], id="broken-case")
     del broken["model"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -12,9 +11,10 @@ import yaml
 import planner
 from calibration.fit_public_profiles import build_profile, fit_attention, fit_hierarchical_overlap
 from planner.profile import PROFILES_DIR
+from planner.resources import shipped_cases
 from planner.validate import framework_kernels, run_case, validate_file
 
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public.yaml"
+PUBLIC = shipped_cases()["public"]  # calibration/validation/public.yaml, shipped
 CASE_KEYS = {
     "id",
     "status",
@@ -37,15 +37,12 @@ SUMMARY_KEYS = {
     "memory_mape_pct",
 }
 
-needs_public = pytest.mark.skipif(not PUBLIC.is_file(), reason="shared/validation not present")
-
 
 @pytest.fixture(scope="module")
 def public_result() -> dict:
     return validate_file(PUBLIC, planner.default_profile)
 
 
-@needs_public
 def test_every_public_case_is_simulated(public_result):
     cases = public_result["cases"]
     assert len(cases) == len(yaml.safe_load(PUBLIC.read_text()))
@@ -61,7 +58,6 @@ def test_every_public_case_is_simulated(public_result):
     json.dumps(public_result)  # JSON-ready
 
 
-@needs_public
 def test_summary_matches_cases(public_result):
     scored = [c for c in public_result["cases"] if c["status"] == "ok" and c.get("scored", True)]
     s = public_result["summary"]
@@ -76,7 +72,6 @@ def _a_case() -> dict:
     return copy.deepcopy(next(c for c in cases if c["id"].startswith("dgxc_llama31_8b")))
 
 
-@needs_public
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [

@@ -8,14 +8,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.resources import ACCELERATORS_DIR, CLUSTERS_DIR, MODELS_DIR, data_root
 from planner.safe_io import MAX_SPEC_BYTES, load_yaml, read_text
 from planner.specs.hardware import AcceleratorSpec, Cluster, ClusterSpec
 from planner.specs.model import ModelSpec
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MODELS_DIR = REPO_ROOT / "models"
-ACCELERATORS_DIR = REPO_ROOT / "hardware_specs" / "accelerators"
-CLUSTERS_DIR = REPO_ROOT / "hardware_specs" / "clusters"
+REPO_ROOT = data_root()  # the checkout, or planner/_data in an installed wheel
 
 T = TypeVar("T", bound=BaseModel)
 
