@@ -28,6 +28,7 @@ from planner import (
     trace_cmd,
 )
 from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.flags import add_profile_device_flag
 from planner.profile import CalibrationProfile, check_profile_device
 from planner.render import render_list, render_simulation, render_validation
 from planner.safe_io import dumps_strict
@@ -163,16 +164,6 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="layout YAML (as written by planner search): its layout and training replace the "
         "layout and training flags; its gpus are used unless --gpus is given",
-    )
-
-
-def add_profile_device_flag(p: argparse.ArgumentParser) -> None:
-    """--profile-for-any-device: accept a --profile measured on another accelerator."""
-    p.add_argument(
-        "--profile-for-any-device",
-        action="store_true",
-        help="use --profile even though it was measured on another accelerator than the "
-        "cluster's (refused otherwise: a CPU profile on an H100 cluster is 100x off)",
     )
 
 

@@ -8,7 +8,6 @@ PlannerError, printed by ``planner.cli.main`` as one ``error:`` line with exit s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +17,10 @@ from rich.console import Console
 
 import planner
 from planner.errors import PlannerError
+from planner.flags import add_profile_device_flag
+from planner.profile import check_profile_device
 from planner.report import TIME_CATEGORIES
+from planner.safe_io import dumps_strict
 from planner.search import METHODS, SearchResult, search
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports, write_exports
@@ -75,8 +77,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--trials", type=int, default=300, help="Optuna trials")
     p.add_argument("--storage", default=None, help="Optuna storage URL (shared by workers)")
     p.add_argument("--study", default=None, help="Optuna study name (resumes when it exists)")
-    p.add_argument("--workers", type=int, default=1, help="parallel Optuna workers")
-    p.add_argument("--seed", type=int, default=0, help="Optuna sampler seed")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="parallel Optuna worker processes on one study; a worker that dies is reported "
+        "and the others finish the study",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="Optuna sampler seed (worker r uses seed + r). The same seed reproduces a search "
+        "with --workers 1 only: with --workers > 1 the trials interleave across processes as "
+        "they are scheduled, so runs may differ",
+    )
     p.add_argument("--top", type=int, default=10, help="rows in the ranking table")
     p.add_argument("--pareto", action="store_true", help="also print the Pareto fronts")
     p.add_argument(
@@ -86,6 +101,7 @@ def add_parser(sub: Any) -> None:
         help="fraction of usable HBM kept free (default 0.05)",
     )
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
+    add_profile_device_flag(p)
     p.add_argument(
         "--export-dir",
         default=None,
@@ -212,6 +228,8 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
     cluster = planner.load_cluster(args.cluster)
     counts = gpu_counts(args.gpus, args.gpus_max, cluster.spec.scale_up_domain_gpus)
     profile = planner.load_profile(args.profile) if args.profile else None
+    if profile is not None:
+        check_profile_device(profile, cluster, args.profile_for_any_device)
     with _progress(sys.stderr.isatty()) as progress:
         try:
             result = search(
@@ -283,7 +301,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             out["pareto"] = {k: [entry(e) for e in v] for k, v in result.pareto.items()}
         if paths:
             out["export_files"] = [str(p) for p in paths]
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(dumps_strict(out) + "\n")  # a non-finite figure is an error, not NaN
         return 0
     console = Console(width=None if sys.stdout.isatty() else 160)
     render_search(

@@ -22,6 +22,7 @@ from rich.table import Table
 
 import planner
 from planner.errors import PlannerError
+from planner.flags import add_profile_device_flag
 from planner.kineto import KinetoTrace, compare, load_kineto
 from planner.report import StepReport
 from planner.safe_io import dumps_strict
@@ -55,11 +56,7 @@ def add_parsers(sub: Any) -> None:
         help="training steps in the trace (default: the number of ProfilerStep# spans)",
     )
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
-    p.add_argument(
-        "--profile-for-any-device",
-        action="store_true",
-        help="use --profile even though it was measured on another accelerator",
-    )
+    add_profile_device_flag(p)
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
 

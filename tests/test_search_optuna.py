@@ -19,13 +19,11 @@ from planner.search.heuristics import heuristic_candidates
 from planner.search.optuna_search import (
     SAMPLERS,
     Encoding,
-    WorkerConfig,
     _candidate_from_attr,
-    _space_axes,
     optuna_search,
-    run_worker,
     storage_spec,
 )
+from planner.search.optuna_workers import WorkerConfig, run_worker, space_axes
 from planner.search.space import SearchSpace, default_space, structures
 from planner.specs.layout import Training
 
@@ -199,7 +197,7 @@ def test_resume_after_killed_worker(problem: tuple, tmp_path: Path) -> None:
         cluster=cluster.model_dump(),
         profile=profile.model_dump(),
         training=training.model_dump(),
-        space=_space_axes(space),
+        space=space_axes(space),
         objective="tokens_per_s",
         memory_headroom=0.0,
         tokens=None,

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
+from planner.search.budget import Deadline
 from planner.search.evaluate import Evaluated, Evaluator, Objective
 from planner.search.exhaustive import count_candidates, exhaustive
 from planner.search.pareto import pareto_front
@@ -31,6 +32,9 @@ from planner.specs.model import ModelSpec
 
 # exhaustive when the space holds at most this many candidates (~10-20 s at ~15k evals/s)
 AUTO_EXHAUSTIVE_LIMIT = 200_000
+# method="exhaustive" keeps every evaluated candidate (about 5 KB each with its report), so it
+# refuses spaces above this many (~5 GB); auto and optuna keep only the trials they ran
+EXHAUSTIVE_MAX_CANDIDATES = 1_000_000
 METHODS = ("auto", "exhaustive", "optuna")
 
 
@@ -84,13 +88,20 @@ def search(
     pareto: bool = False,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    time_budget_s: float | None = None,
 ) -> SearchResult:
     """Find the best legal layout of ``model`` on ``cluster`` for ``objective``.
 
     ``gpus``: one count, or several (cost / time-to-train objectives trade GPU count against
-    speed). ``method``: exhaustive enumeration (ground truth), Optuna, or auto (exhaustive when
-    the space holds at most AUTO_EXHAUSTIVE_LIMIT candidates).
+    speed). ``method``: exhaustive enumeration (ground truth; refused above
+    EXHAUSTIVE_MAX_CANDIDATES legal candidates), Optuna, or auto (exhaustive when the space
+    holds at most AUTO_EXHAUSTIVE_LIMIT candidates). ``seed`` reproduces an Optuna search with
+    ``workers=1`` only: with several workers the trials interleave as the processes are
+    scheduled. ``time_budget_s``: a cooperative deadline, checked every few dozen candidates and
+    after every trial; past it the search stops with a PlannerError on
+    ``search.time_budget_s`` (finished trials stay in ``storage``).
     """
+    deadline = Deadline(time_budget_s)
     if method not in METHODS:
         raise PlannerError("method", f"unknown method {method!r}", ", ".join(METHODS))
     counts = (gpus,) if isinstance(gpus, int) else tuple(gpus)
@@ -118,17 +129,34 @@ def search(
     size = None
     notes = []
     if method in ("auto", "exhaustive"):
-        size = count_candidates(evaluator, training, space)
+        # counting stops past the limit: a huge space is never walked (nor held) in full
+        limit = AUTO_EXHAUSTIVE_LIMIT if method == "auto" else EXHAUSTIVE_MAX_CANDIDATES
+        size = count_candidates(evaluator, training, space, limit, deadline)
+        over = size > limit
         if method == "auto":
-            method = "exhaustive" if size <= AUTO_EXHAUSTIVE_LIMIT else "optuna"
+            method = "optuna" if over else "exhaustive"
+            how_many = f"more than {limit:,}" if over else f"{size:,}"
             notes.append(
-                f"auto chose {method}: {size:,} legal candidates "
+                f"auto chose {method}: {how_many} legal candidates "
                 f"(exhaustive up to {AUTO_EXHAUSTIVE_LIMIT:,})"
             )
+        elif over:
+            raise PlannerError(
+                "method",
+                f"exhaustive search of more than {limit:,} legal candidates would hold them "
+                "all in memory",
+                "auto or optuna, or a smaller space: fewer GPU counts, a fixed tp/pp",
+            )
+        if over:
+            size = None
     space.rejected.clear()
     if method == "exhaustive":
         ranked = exhaustive(
-            evaluator, training, space, (lambda i: progress(i, size)) if progress and size else None
+            evaluator,
+            training,
+            space,
+            (lambda i: progress(i, size)) if progress and size else None,
+            deadline,
         )
     else:
         from planner.search.optuna_search import optuna_search
@@ -144,7 +172,14 @@ def search(
             workers=workers,
             seed=seed,
             progress=progress,
+            notes=notes,
+            deadline=deadline,
         )
+        if workers > 1:
+            notes.append(
+                f"{workers} workers: their trials interleave as the processes are scheduled, so "
+                "the seed reproduces single-worker searches only"
+            )
     infeasible = Counter(space.rejected) + evaluator.infeasible
     result = SearchResult(
         method,

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from planner.search.budget import NO_DEADLINE, Deadline
 from planner.search.evaluate import Evaluated, Evaluator
 from planner.search.space import SearchSpace, legal_layouts
 from planner.specs.layout import Training
 
 
-def count_candidates(evaluator: Evaluator, training: Training, space: SearchSpace) -> int:
-    """How many legal candidates the space holds (enumerates, does not simulate)."""
-    return sum(1 for _ in legal_layouts(evaluator.model, evaluator.cluster, training, space))
+def count_candidates(
+    evaluator: Evaluator,
+    training: Training,
+    space: SearchSpace,
+    limit: int | None = None,
+    deadline: Deadline = NO_DEADLINE,
+) -> int:
+    """How many legal candidates the space holds (enumerates, does not simulate). With
+    ``limit``, counting stops at ``limit + 1`` ("more than limit")."""
+    n = 0
+    for _ in legal_layouts(evaluator.model, evaluator.cluster, training, space, deadline):
+        n += 1
+        if limit is not None and n > limit:
+            break
+    return n
 
 
 def exhaustive(
@@ -19,13 +32,18 @@ def exhaustive(
     training: Training,
     space: SearchSpace,
     progress: Callable[[int], None] | None = None,
+    deadline: Deadline = NO_DEADLINE,
 ) -> list[Evaluated]:
-    """Every legal candidate, evaluated; sorted best first (feasible ones before the rest)."""
+    """Every legal candidate the evaluator accepts, evaluated; sorted best first (feasible
+    ones before the rest). Candidates the simulator refuses are counted in
+    ``evaluator.infeasible`` and left out."""
     results = []
     for i, (gpus, layout, tr) in enumerate(
-        legal_layouts(evaluator.model, evaluator.cluster, training, space)
+        legal_layouts(evaluator.model, evaluator.cluster, training, space, deadline)
     ):
-        results.append(evaluator(gpus, layout, tr))
+        ev = evaluator(gpus, layout, tr)
+        if ev is not None:
+            results.append(ev)
         if progress is not None and i % 1000 == 0:
             progress(i)
     results.sort(key=lambda e: (not e.feasible, -e.score))

@@ -33,7 +33,7 @@ import yaml
 
 from planner.errors import PlannerError
 from planner.specs.layout import Layout, Training
-from planner.specs.loading import parse_spec, read_yaml_text
+from planner.specs.loading import parse_spec, read_yaml_file
 from planner.specs.model import ModelSpec
 
 LAYOUT_FIELDS = (
@@ -333,7 +333,7 @@ def load_layout_file(path: str | Path) -> tuple[Layout, Training | None, int | N
     p = Path(path)
     if not p.is_file():
         raise PlannerError("--layout", f"file not found: {p}", "a layout YAML file")
-    return parse_layout_document(read_yaml_text(p.read_text(), "--layout"))
+    return parse_layout_document(read_yaml_file(p, "--layout"))
 
 
 def exports(model: ModelSpec, gpus: int, layout: Layout, training: Training) -> dict[str, str]:

@@ -7,22 +7,17 @@ structure (weighted L1 distance in the encoded space), so every simulated layout
 objective is the evaluator's score (maximised); memory feasibility is a soft constraint
 ``memory_over_gib`` = peak - limit (GiB, <= 0 feasible) set with ``Trial.set_constraint``.
 
-A study may live in memory, in an RDB (``sqlite:///x.db``, ``postgresql://...``) or in a journal
-file (``x.log``, ``x.journal``, ``journal:PATH``); a stored study is resumed (only the missing
-COMPLETE trials are run) and may be shared by several local worker processes, or by workers on
-other hosts started as ``python -m planner.search.optuna_search --storage ... --study ...``.
-A fingerprint of the problem is kept in the study so that a study is never resumed for another
-problem.
+A study may live in memory, in an RDB or in a journal file (planner/search/optuna_storage.py);
+a stored study is resumed (only the missing trials are run) and may be shared by several local
+worker processes, or by workers on other hosts started as
+``python -m planner.search.optuna_search --storage ... --study ...``. A local worker that dies
+is reported; the others finish the study.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import hashlib
-import json
+import itertools
 import math
-import multiprocessing
 import os
 import shutil
 import socket
@@ -34,29 +29,40 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from planner.errors import PlannerError
-from planner.profile import CalibrationProfile
-from planner.search.evaluate import Evaluated, Evaluator, Objective
+from planner.search.budget import NO_DEADLINE, Deadline
+from planner.search.evaluate import Evaluated, Evaluator
 from planner.search.heuristics import heuristic_candidates
+from planner.search.optuna_storage import (
+    FINISHED,
+    StorageSpec,
+    check_fingerprint,
+    fail_orphans,
+    fingerprint,
+    finished_trials,
+    open_storage,
+    open_study,
+    storage_spec,
+)
 from planner.search.space import (
     Knobs,
     SearchSpace,
     Structure,
-    default_space,
     make_candidate,
     structures,
 )
 from planner.specs.hardware import Cluster
-from planner.specs.layout import CROSS_ENTROPY_KINDS, Layout, Training
+from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
 DEFAULT_STUDY = "planner-search"
+MAX_SEED = 2**32 - 1  # numpy's RandomState, behind every Optuna sampler
+# the encoded matrix holds every legal structure (~200 bytes each with its row): a bound on memory
+MAX_STRUCTURES = 2_000_000
 CONSTRAINT = "memory_over_gib"
-FINGERPRINT_ATTR = "planner_fingerprint"
 # structural axes in the order of the encoded vector; weights of the repair distance (a change of
 # GPU count changes the problem most, a change of micro-batch or interleaving the least)
 AXES = ("tp", "cp", "pp", "vpp", "ep", "micro_batch", "gpus")
@@ -78,12 +84,6 @@ KNOB_AXES = (
     "overlap_ep_comm",
 )
 WARM_START = 5  # heuristic layouts enqueued before the sampler takes over
-# A journal writer holds the file lock only while it appends and fsyncs one record (ms); a worker
-# killed meanwhile leaves the lock behind, which the others break after this many seconds
-# without a write (Optuna's default, 30 s, stalls a resume after a kill for that long).
-JOURNAL_LOCK_GRACE_S = 5
-
-StorageSpec = tuple[str, str | None]  # ("memory", None) | ("journal", path) | ("rdb", url)
 
 
 # ---- encoding and repair ----------------------------------------------------------------------
@@ -173,6 +173,26 @@ class Encoding:
         return out
 
 
+def legal_structures(
+    model: ModelSpec,
+    cluster: Cluster,
+    training: Training,
+    space: SearchSpace,
+    deadline: Deadline = NO_DEADLINE,
+) -> list[Structure]:
+    """Every legal structure, refusing more than MAX_STRUCTURES (the encoding holds them all)."""
+    structs = list(
+        itertools.islice(structures(model, cluster, training, space, deadline), MAX_STRUCTURES + 1)
+    )
+    if len(structs) > MAX_STRUCTURES:
+        raise PlannerError(
+            "search",
+            f"more than {MAX_STRUCTURES:,} legal structures to encode",
+            "a smaller space: fewer GPU counts, a fixed tp/pp",
+        )
+    return structs
+
+
 # ---- candidates stored in trials --------------------------------------------------------------
 
 
@@ -203,7 +223,8 @@ def _collect(
     study: optuna.Study, evaluator: Evaluator, training: Training
 ) -> tuple[list[Evaluated], int]:
     """Every distinct candidate of the study's COMPLETE trials, re-evaluated through the
-    evaluator's cache (so each is simulated at most once here), ranked; and the trial count."""
+    evaluator's cache (so each is simulated at most once here), ranked; and the COMPLETE trial
+    count. (A trial whose candidate the evaluator rejects is PRUNED, not COMPLETE.)"""
     seen: dict[tuple[int, Layout, Training], Evaluated] = {}
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     for t in complete:
@@ -213,14 +234,17 @@ def _collect(
         key = _candidate_from_attr(attr, training)
         if key not in seen:
             seen[key] = evaluator(*key)
-    return _rank(list(seen.values())), len(complete)
+    return _rank([e for e in seen.values() if e is not None]), len(complete)
 
 
 # ---- the objective ----------------------------------------------------------------------------
 
 
-class _Objective:
-    """Suggest, repair, evaluate, record. ``rank``: the worker that runs it (0 in-process)."""
+class LayoutObjective:
+    """Suggest, repair, evaluate, record. ``rank``: the worker that runs it (0 in-process).
+
+    A candidate the evaluator rejects ends its trial PRUNED: it counts towards the trial budget
+    (so a space of rejected candidates cannot loop forever) but is never returned."""
 
     def __init__(
         self, enc: Encoding, evaluator: Evaluator, training: Training, rank: int = 0
@@ -243,9 +267,11 @@ class _Objective:
         duplicate = (s.gpus, layout, tr) in self.evaluator.cache
         self.duplicates += duplicate
         ev = self.evaluator(s.gpus, layout, tr)
-        limit = ev.report.usable_memory_gib * (1.0 - self.evaluator.memory_headroom)
         trial.set_user_attr("candidate", _candidate_attr(s.gpus, layout, tr))
         trial.set_user_attr("duplicate", duplicate)
+        if ev is None:  # the simulator refused it (counted in evaluator.infeasible)
+            raise optuna.TrialPruned("candidate rejected by the simulator")
+        limit = ev.report.usable_memory_gib * (1.0 - self.evaluator.memory_headroom)
         trial.set_user_attr("tokens_per_s", ev.report.tokens_per_s)
         trial.set_user_attr("peak_memory_gib", ev.report.peak_memory_gib)
         trial.set_constraint(CONSTRAINT, ev.report.peak_memory_gib - limit)
@@ -281,225 +307,10 @@ def make_sampler(name: str, seed: int | None, trials: int = 300) -> optuna.sampl
     raise PlannerError("sampler", f"unknown sampler {name!r}", ", ".join(SAMPLERS))
 
 
-def storage_spec(storage: str | os.PathLike[str] | None) -> StorageSpec:
-    """Classify a ``storage`` argument: None (memory), a journal file, or an RDB URL."""
-    if storage is None:
-        return ("memory", None)
-    text = os.fspath(storage)
-    if text.startswith("journal:"):
-        path = text[len("journal:") :]
-        if not path:
-            raise PlannerError("storage", "journal: needs a file path", "journal:PATH")
-        return ("journal", path)
-    if text.endswith((".log", ".journal")):
-        return ("journal", text)
-    if "://" in text:
-        return ("rdb", text)
-    raise PlannerError(
-        "storage",
-        f"cannot tell what storage {text!r} is",
-        "an RDB URL (sqlite:///x.db, postgresql://...), a path ending in .log or .journal, "
-        "or journal:PATH",
-    )
-
-
-def open_storage(spec: StorageSpec) -> BaseStorage | None:
-    """The Optuna storage of ``spec`` (None: let create_study make an in-memory one)."""
-    kind, target = spec
-    if kind == "memory":
-        return None
-    assert target is not None
-    if kind == "journal":
-        from optuna.storages.journal import (
-            JournalFileBackend,
-            JournalFileSymlinkLock,
-            JournalStorage,
-        )
-
-        parent = os.path.dirname(os.path.abspath(target))
-        os.makedirs(parent, exist_ok=True)
-        lock = JournalFileSymlinkLock(target, grace_period=JOURNAL_LOCK_GRACE_S)
-        return JournalStorage(JournalFileBackend(target, lock_obj=lock))
-    # heartbeats let a resumed or shared study fail the trials of killed workers
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(target, heartbeat_interval=60, grace_period=180)
-
-
-def _fingerprint(evaluator: Evaluator, training: Training, space: SearchSpace) -> str:
-    """A hash of everything that determines the candidates and their scores."""
-    axes = {
-        f.name: getattr(space, f.name) for f in dataclasses.fields(space) if f.name != "rejected"
-    }
-    blob = json.dumps(
-        {
-            "model": evaluator.model.model_dump(mode="json"),
-            "cluster": evaluator.cluster.model_dump(mode="json"),
-            "profile": evaluator.profile.model_dump(mode="json"),
-            "objective": evaluator.objective,
-            "memory_headroom": evaluator.memory_headroom,
-            "tokens": evaluator.tokens,
-            "training": training.model_dump(mode="json"),
-            "space": axes,
-        },
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _open_study(
-    storage: BaseStorage | None, name: str, sampler: optuna.samplers.BaseSampler
-) -> optuna.Study:
-    return optuna.create_study(
-        storage=storage,
-        study_name=name,
-        sampler=sampler,
-        direction="maximize",
-        load_if_exists=True,
-    )
-
-
-def _check_fingerprint(study: optuna.Study, fingerprint: str, where: str) -> None:
-    """Stamp a new study with the problem's fingerprint; refuse one made for another problem."""
-    have = study.user_attrs.get(FINGERPRINT_ATTR)
-    if have is None:
-        if study.get_trials(deepcopy=False):
-            raise PlannerError(
-                "study",
-                f"study {study.study_name!r} in {where} was not made by the planner",
-                "a new study name",
-            )
-        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
-    elif have != fingerprint:
+def check_seed(seed: int | None, workers: int) -> None:
+    if seed is not None and not 0 <= seed <= MAX_SEED - (workers - 1):
         raise PlannerError(
-            "study",
-            f"study {study.study_name!r} in {where} was made for another problem "
-            "(model, cluster, profile, training, objective or search space differ)",
-            "a new study name, or the same problem",
-        )
-
-
-def _pid_dead(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def _fail_orphans(study: optuna.Study, storage: BaseStorage | None) -> int:
-    """Mark RUNNING trials of dead processes on this host FAIL (a killed worker leaves its last
-    trial RUNNING forever in a journal file); returns how many. RDB storages use heartbeats.
-
-    A trial killed before it recorded its host and pid stays RUNNING; that is harmless (only
-    COMPLETE trials are counted and returned)."""
-    if storage is None:
-        return 0
-    if isinstance(storage, optuna.storages.RDBStorage):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            before = _count(study, TrialState.FAIL)
-            optuna.storages.fail_stale_trials(study)
-            return _count(study, TrialState.FAIL) - before
-    host, n = socket.gethostname(), 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        pid = t.user_attrs.get("pid")
-        if t.user_attrs.get("host") == host and isinstance(pid, int) and _pid_dead(pid):
-            try:
-                storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-                n += 1
-            except (RuntimeError, ValueError):  # finished meanwhile
-                pass
-    return n
-
-
-def _count(study: optuna.Study, state: TrialState) -> int:
-    return len(study.get_trials(deepcopy=False, states=(state,)))
-
-
-def _complete(study: optuna.Study) -> int:
-    return _count(study, TrialState.COMPLETE)
-
-
-# ---- workers ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """Everything a worker process needs, as plain picklable data."""
-
-    model: dict[str, Any]
-    cluster: dict[str, Any]
-    profile: dict[str, Any]
-    training: dict[str, Any]
-    space: dict[str, Any]
-    objective: str
-    memory_headroom: float
-    tokens: float | None
-    sampler: str
-    storage: StorageSpec
-    study_name: str
-    trials: int
-    seed: int | None
-    rank: int
-
-
-def _space_axes(space: SearchSpace) -> dict[str, Any]:
-    return {
-        f.name: getattr(space, f.name) for f in dataclasses.fields(space) if f.name != "rejected"
-    }
-
-
-def run_worker(cfg: WorkerConfig) -> int:
-    """Join the study in ``cfg.storage`` and run trials until it holds ``cfg.trials`` COMPLETE
-    ones (counting every worker's), at least one of them this worker's (a worker that starts
-    after the others have finished still reports in); returns how many trials it ran."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    model = ModelSpec.model_validate(cfg.model)
-    cluster = Cluster.model_validate(cfg.cluster)
-    profile = CalibrationProfile.model_validate(cfg.profile)
-    training = Training.model_validate(cfg.training)
-    space = SearchSpace(**cfg.space)
-    objective: Objective = cfg.objective  # type: ignore[assignment]
-    evaluator = Evaluator(model, cluster, profile, objective, cfg.memory_headroom, cfg.tokens)
-    enc = Encoding(list(structures(model, cluster, training, space)), space)
-    storage = open_storage(cfg.storage)
-    if storage is None:
-        raise PlannerError("storage", "a worker needs a shared storage", "a journal file or URL")
-    study = _open_study(storage, cfg.study_name, make_sampler(cfg.sampler, cfg.seed, cfg.trials))
-    _check_fingerprint(study, _fingerprint(evaluator, training, space), str(cfg.storage[1]))
-    fn = _Objective(enc, evaluator, training, cfg.rank)
-    ran = 0
-    while ran == 0 or _complete(study) < cfg.trials:
-        study.optimize(fn, n_trials=1)
-        ran += 1
-    return ran
-
-
-def _run_workers(cfgs: Sequence[WorkerConfig]) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(target=run_worker, args=(c,), name=f"planner-optuna-{c.rank}") for c in cfgs
-    ]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join()
-    finally:
-        for p in procs:
-            if p.is_alive():  # the parent was interrupted: take the workers down with it
-                p.terminate()
-                p.join()
-    bad = [(p.name, p.exitcode) for p in procs if p.exitcode != 0]
-    if bad:
-        raise PlannerError(
-            "workers",
-            "worker processes failed: " + ", ".join(f"{n} exit {c}" for n, c in bad),
-            "see their stderr; finished trials are kept in the storage",
+            "seed", f"{seed} is out of range", f"an integer from 0 to {MAX_SEED - (workers - 1)}"
         )
 
 
@@ -518,21 +329,28 @@ def optuna_search(
     seed: int | None = 0,
     progress: Callable[[int, int], None] | None = None,
     stats: dict[str, int] | None = None,
+    notes: list[str] | None = None,
+    deadline: Deadline = NO_DEADLINE,
 ) -> list[Evaluated]:
     """Search legal layouts with an Optuna sampler; every evaluated candidate, best first.
 
-    ``trials``: COMPLETE trials the study should hold at the end (a resumed study runs only the
-    remainder). ``storage``: None (in memory), an RDB URL, or a journal file (``*.log``,
-    ``*.journal``, ``journal:PATH``). ``workers``: local processes sharing the study (a
-    temporary journal file when ``storage`` is None); worker r uses seed ``seed + r``.
+    ``trials``: finished trials (COMPLETE, or PRUNED when the simulator rejected the candidate)
+    the study should hold at the end (a resumed study runs only the remainder). ``storage``:
+    None (in memory), an RDB URL, or a journal file (``*.log``, ``*.journal``,
+    ``journal:PATH``). ``workers``: local processes sharing the study (a temporary journal file
+    when ``storage`` is None); worker r uses seed ``seed + r``. Their trials interleave as the
+    processes are scheduled, so ``seed`` makes a search reproducible only with one worker.
     ``progress(done, total)``: called after each trial of the in-process path. ``stats``, when
-    given, receives trials (COMPLETE in the study), resumed (COMPLETE before this call),
-    distinct (candidates returned), duplicates (trials - distinct) and orphans (trials of dead
-    workers marked FAIL).
+    given, receives trials (finished in the study), resumed (finished before this call),
+    rejected (PRUNED), distinct (candidates returned), duplicates (COMPLETE trials - distinct)
+    and orphans (trials of dead workers marked FAIL). ``notes``, when given, receives a line per
+    worker that died while the others finished the study. ``deadline``: checked after every
+    trial (in-process) or while waiting for the workers (which are then terminated).
 
     The result holds the distinct candidates of *all* COMPLETE trials of the study, ranked as by
     :func:`exhaustive` (feasible first, then by score), each simulated at most once by
-    ``evaluator``.
+    ``evaluator``. When every worker dies before the study is complete, a PlannerError says so
+    and how to resume.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if sampler not in SAMPLERS:
@@ -541,6 +359,7 @@ def optuna_search(
         raise PlannerError("trials", f"{trials}", "an integer >= 1")
     if workers < 1:
         raise PlannerError("workers", f"{workers}", "an integer >= 1")
+    check_seed(seed, workers)
     model, cluster = evaluator.model, evaluator.cluster
     spec = storage_spec(storage)
     tmpdir = None
@@ -548,14 +367,15 @@ def optuna_search(
         tmpdir = tempfile.mkdtemp(prefix="planner-optuna-")
         spec = ("journal", os.path.join(tmpdir, "study.log"))
     name = study_name or DEFAULT_STUDY
+    keep_tmpdir = False
     try:
-        structs = list(structures(model, cluster, training, space))
+        structs = legal_structures(model, cluster, training, space, deadline)
         enc = Encoding(structs, space)
         store = open_storage(spec)
-        study = _open_study(store, name, make_sampler(sampler, seed, trials))
-        _check_fingerprint(study, _fingerprint(evaluator, training, space), str(spec[1]))
-        orphans = _fail_orphans(study, store)
-        resumed = _complete(study)
+        study = open_study(store, name, make_sampler(sampler, seed, trials))
+        check_fingerprint(study, fingerprint(evaluator, training, space), str(spec[1]))
+        orphans = fail_orphans(study, store)
+        resumed = finished_trials(study)
         if resumed < trials:
             warm = heuristic_candidates(
                 model, cluster, training, space, k=min(WARM_START, trials - resumed), legal=structs
@@ -564,42 +384,52 @@ def optuna_search(
                 study.enqueue_trial(enc.params(s, k), skip_if_exists=True)
         if workers == 1:
             if resumed < trials:
-                _optimize_here(study, enc, evaluator, training, trials, resumed, progress)
+                _optimize_here(study, enc, evaluator, training, trials, resumed, progress, deadline)
         elif resumed < trials:
-            base = {
-                "model": model.model_dump(),
-                "cluster": cluster.model_dump(),
-                "profile": evaluator.profile.model_dump(),
-                "training": training.model_dump(),
-                "space": _space_axes(space),
-                "objective": evaluator.objective,
-                "memory_headroom": evaluator.memory_headroom,
-                "tokens": evaluator.tokens,
-                "sampler": sampler,
-                "storage": spec,
-                "study_name": name,
-                "trials": trials,
-            }
-            _run_workers(
-                [
-                    WorkerConfig(**base, seed=None if seed is None else seed + r, rank=r)
-                    for r in range(workers)
-                ]
+            from planner.search.optuna_workers import spawn_workers  # imports this module
+
+            dead = spawn_workers(
+                evaluator, training, space, spec, name, sampler, trials, workers, seed, deadline
             )
-            study = _open_study(open_storage(spec), name, make_sampler(sampler, seed, trials))
+            store = open_storage(spec)
+            study = open_study(store, name, make_sampler(sampler, seed, trials))
+            orphans += fail_orphans(study, store)
+            said = [d.describe(finished_trials(study, d.pid)) for d in dead]
+            done = finished_trials(study)
+            if done < trials:
+                keep_tmpdir = tmpdir is not None and done > 0
+                raise PlannerError(
+                    "workers",
+                    f"all {workers} workers stopped with the study at {done} of {trials} "
+                    f"trials: {'; '.join(said)}",
+                    _resume_hint(spec, name, storage is None, done),
+                )
+            if notes is not None:
+                notes += [f"{line}; the others finished the study" for line in said]
         ranked, n_complete = _collect(study, evaluator, training)
+        n_finished = finished_trials(study)
     finally:
-        if tmpdir is not None:
+        if tmpdir is not None and not keep_tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
     if stats is not None:
         stats.update(
-            trials=n_complete,
+            trials=n_finished,
             resumed=resumed,
+            rejected=n_finished - n_complete,
             distinct=len(ranked),
             duplicates=n_complete - len(ranked),
             orphans=orphans,
         )
     return ranked
+
+
+def _resume_hint(spec: StorageSpec, name: str, temporary: bool, done: int) -> str:
+    """How to resume a study whose workers all died."""
+    if not temporary:
+        return f"rerun with the same storage ({spec[1]}) and study ({name}) to resume"
+    if done:
+        return f"rerun with --storage {spec[1]} to resume from the {done} finished trials"
+    return "rerun; with --storage FILE.log a later run resumes from the finished trials"
 
 
 def _optimize_here(
@@ -610,85 +440,32 @@ def _optimize_here(
     trials: int,
     done: int,
     progress: Callable[[int, int], None] | None,
+    deadline: Deadline = NO_DEADLINE,
 ) -> None:
-    """Run the missing trials in this process, reporting progress(done, trials)."""
+    """Run the missing trials in this process, reporting progress(done, trials) and checking
+    the deadline after each trial."""
     counter = [done]
 
     def after(_: optuna.Study, t: FrozenTrial) -> None:
-        if t.state == TrialState.COMPLETE:
+        if t.state in FINISHED:
             counter[0] += 1
         if progress is not None:
             progress(counter[0], trials)
+        deadline.check()
 
-    fn = _Objective(enc, evaluator, training)
+    fn = LayoutObjective(enc, evaluator, training)
     while counter[0] < trials:
         study.optimize(fn, n_trials=trials - counter[0], callbacks=[after])
 
 
-# ---- command line: one worker on a shared study -----------------------------------------------
+# ---- command line: one worker on a shared study (planner/search/optuna_workers.py) -----------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m planner.search.optuna_search``: join a shared study as one worker.
+    """``python -m planner.search.optuna_search``: see :func:`optuna_workers.main`."""
+    from planner.search.optuna_workers import main as worker_main
 
-    Uses the default search space and calibration profile of the model and cluster; the study's
-    fingerprint check refuses to join a study made for another problem.
-    """
-    import planner
-
-    ap = argparse.ArgumentParser(prog="python -m planner.search.optuna_search")
-    ap.add_argument("--storage", required=True, help="RDB URL, *.log / *.journal, journal:PATH")
-    ap.add_argument("--study", default=DEFAULT_STUDY)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--cluster", required=True)
-    ap.add_argument("--gpus", required=True, help="GPU count(s), comma separated")
-    ap.add_argument("--global-batch", type=int, required=True)
-    ap.add_argument("--seq-len", type=int, default=4096)
-    ap.add_argument("--precision", default="bf16")
-    ap.add_argument("--cross-entropy", default="fp32_copy", choices=CROSS_ENTROPY_KINDS)
-    ap.add_argument("--objective", default="tokens_per_s")
-    ap.add_argument("--tokens", type=float, default=None)
-    ap.add_argument("--memory-headroom", type=float, default=0.0)
-    ap.add_argument("--sampler", default="tpe", choices=SAMPLERS)
-    ap.add_argument("--trials", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--rank", type=int, default=0)
-    a = ap.parse_args(argv)
-    try:
-        model, cluster = planner.load_model(a.model), planner.load_cluster(a.cluster)
-        gpus = tuple(int(g) for g in a.gpus.split(","))
-        training = Training(
-            seq_len=a.seq_len,
-            global_batch=a.global_batch,
-            precision=a.precision,
-            cross_entropy=a.cross_entropy,
-        )
-        space = default_space(model, cluster, gpus, a.seq_len)
-        spec = storage_spec(a.storage)
-        if spec[0] == "memory":  # pragma: no cover - storage_spec never returns it for a string
-            raise PlannerError("storage", "a worker needs a shared storage", "a file or URL")
-        cfg = WorkerConfig(
-            model=model.model_dump(),
-            cluster=cluster.model_dump(),
-            profile=planner.default_profile(cluster).model_dump(),
-            training=training.model_dump(),
-            space=_space_axes(space),
-            objective=a.objective,
-            memory_headroom=a.memory_headroom,
-            tokens=a.tokens,
-            sampler=a.sampler,
-            storage=spec,
-            study_name=a.study,
-            trials=a.trials,
-            seed=a.seed,
-            rank=a.rank,
-        )
-        ran = run_worker(cfg)
-    except PlannerError as exc:
-        print(f"error: {exc}")
-        return 2
-    print(f"worker {a.rank}: ran {ran} trials")
-    return 0
+    return worker_main(argv)
 
 
 if __name__ == "__main__":

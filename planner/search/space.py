@@ -14,8 +14,10 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from planner.divisors import divisors
 from planner.errors import PlannerError
 from planner.legality import check_layout
+from planner.search.budget import NO_DEADLINE, Deadline
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -83,10 +85,6 @@ class SearchSpace:
         ]
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def default_space(
     model: ModelSpec, cluster: Cluster, gpus: tuple[int, ...], seq_len: int
 ) -> SearchSpace:
@@ -98,20 +96,29 @@ def default_space(
 
 
 def structures(
-    model: ModelSpec, cluster: Cluster, training: Training, space: SearchSpace
+    model: ModelSpec,
+    cluster: Cluster,
+    training: Training,
+    space: SearchSpace,
+    deadline: Deadline = NO_DEADLINE,
 ) -> Iterator[Structure]:
-    """Every legal structure; rejected ones are counted in ``space.rejected`` by reason."""
+    """Every legal structure; rejected ones are counted in ``space.rejected`` by reason.
+
+    ``deadline`` is ticked once per structural combination tried (legal or not). The pipeline
+    degrees come from :func:`planner.divisors.divisors` (O(sqrt layers), none listed above
+    1e12 layers), so no layer count makes the generator loop for long."""
     domain = cluster.spec.scale_up_domain_gpus
     tps = space.tp or tuple(t for t in POW2 if t <= domain)
     # divisors of the layers, and powers of two with an uneven split (Megatron gives the edge
     # stages fewer layers; --account-for-embedding/loss-in-pipeline-split)
     pps = space.pp or tuple(
-        sorted(set(_divisors(model.layers)) | {p for p in POW2 if p <= model.layers})
+        sorted(set(divisors(model.layers)) | {p for p in POW2 if p <= model.layers})
     )
     eps = space.ep or (1,)
     rej = space.rejected
     for gpus in space.gpus:
         for tp, cp, pp in itertools.product(tps, space.cp, pps):
+            deadline.tick()
             if model.heads % tp or (model.mla is None and model.n_kv_heads % tp):
                 rej["tp does not divide heads or kv_heads"] += 1
                 continue
@@ -126,6 +133,7 @@ def structures(
                 continue
             dp = gpus // (tp * cp * pp)
             for vpp, ep, mb in itertools.product(space.vpp, eps, space.micro_batch):
+                deadline.tick()
                 if vpp > 1 and (
                     pp == 1 or (model.layers % (pp * vpp) and (model.layers + 2) % (pp * vpp))
                 ):
@@ -160,17 +168,24 @@ def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, 
 
 
 def legal_layouts(
-    model: ModelSpec, cluster: Cluster, training: Training, space: SearchSpace
+    model: ModelSpec,
+    cluster: Cluster,
+    training: Training,
+    space: SearchSpace,
+    deadline: Deadline = NO_DEADLINE,
 ) -> Iterator[tuple[int, Layout, Training]]:
     """(gpus, layout, training) for every legal candidate, each distinct one once.
 
     Knobs that cannot matter (sequence parallelism or TP overlap at tp = 1) are collapsed so the
-    same layout is never produced twice.
+    same layout is never produced twice. Two structures never give the same layout, so only the
+    candidates of one structure are remembered (memory stays flat however large the space).
+    ``deadline`` is ticked once per candidate (and per structure tried).
     """
-    seen: set = set()
     knobs = space.knobs()
-    for s in structures(model, cluster, training, space):
+    for s in structures(model, cluster, training, space, deadline):
+        seen: set = set()
         for k in knobs:
+            deadline.tick()
             layout, tr = make_candidate(s, k, training)
             key = (s.gpus, layout, tr)
             if key in seen:
