@@ -49,7 +49,7 @@ class TracingEvaluator(Evaluator):
 
     def __call__(self, gpus, layout, training):  # noqa: ANN001, ANN204
         out = super().__call__(gpus, layout, training)
-        if self.trace is not None:
+        if self.trace is not None and out is not None:  # None: the candidate was refused
             self.trace.points.append((time.perf_counter() - self.trace.t0, out.score, out.feasible))
         return out
 
