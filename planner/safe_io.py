@@ -132,20 +132,28 @@ def load_yaml(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
         raise PlannerError(
             what, f"text is larger than {_size_text(max_bytes)}", "a smaller document"
         )
-    loader = _GuardedLoader(text, what)
+    loader = None
     try:
+        loader = _GuardedLoader(text, what)  # the reader refuses control characters here
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "malformed YAML"
+        if isinstance(exc, yaml.reader.ReaderError):
+            problem = f"control character {exc.character!r} at offset {exc.position}"
         raise PlannerError(what, f"invalid YAML{where}: {problem}", "a YAML mapping") from None
     except RecursionError:
         raise PlannerError(
             what, "nesting too deep", f"a document nested at most {MAX_DEPTH} levels"
         ) from None
+    except ValueError as exc:  # an integer of thousands of digits, a bad timestamp
+        raise PlannerError(
+            what, f"invalid value: {' '.join(str(exc).split())[:120]}", "values in range"
+        ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _json_depth_ok(text: str) -> bool:
