@@ -1,18 +1,40 @@
 """Closed-loop accuracy: measured vs predicted training step with a freshly measured profile.
 
     python benchmarks/closed_loop.py [--device cpu|cuda] [--model gpt-tiny] [--ddp 1 2]
-                                     [--profile P.json]
+                                     [--profile P.json] [--repeats 3]
 
 Prints a table; never fails. Targets (issue 3): |error| <= 20% on one CPU process, <= 30% with
 DDP over 2 gloo processes, <= 10% on a GPU with a ~1B-parameter model (gpt3-1.3b).
+
+This is where the accuracy of the closed loop is checked: the tests
+(tests/test_calibration_chain.py) only check that it runs, because a step time measured on a
+shared machine moves with the load (another process on a 2-core host once made it +254%).
+Run it on an idle machine; ``--repeats`` runs each closed loop several times and reports the
+median and the range of the error, so that one disturbed run shows as spread, not as a result.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import planner
 from planner.calibrate_cmds import closed_loop, run_calibration
+
+TARGET_PCT = {("cpu", 1): 20.0, ("cpu", 2): 30.0, ("cuda", 1): 10.0}
+
+
+def _fit_line(profile: planner.CalibrationProfile) -> str:
+    """How well the profile's curves reproduce the samples they were fitted to."""
+    fit = profile.metadata.get("fit", {})
+    parts = [
+        f"{key.removesuffix('_median_abs_rel_error')} {fit[key] * 100:.1f}%"
+        for key in sorted(fit)
+        if key.endswith("_median_abs_rel_error") and isinstance(fit[key], int | float)
+    ]
+    return f"profile {profile.id} (accelerator {profile.accelerator}); median fit error: " + (
+        ", ".join(parts) or "n/a"
+    )
 
 
 def main() -> None:
@@ -23,22 +45,36 @@ def main() -> None:
     ap.add_argument("--profile", default=None)
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per closed loop")
+    ap.add_argument("--repeats", type=int, default=1, help="closed loops per row")
     args = ap.parse_args()
     model = args.model or ("gpt3-1.3b" if args.device == "cuda" else "gpt-tiny")
     if args.profile:
         profile = planner.load_profile(args.profile)
-    else:
-        accel = "h200-sxm-141gb" if args.device == "cuda" else None
-        profile, _ = run_calibration(args.device, True, max(2, *args.ddp), accel, None)
+    else:  # the accelerator is identified from the device (planner calibrate's default)
+        profile, _ = run_calibration(args.device, True, max(2, *args.ddp), None, None)
+    print(_fit_line(profile))
     print(
         f"{'model':12} {'device':6} {'ddp':>3} {'measured ms':>12} {'predicted ms':>13} "
-        f"{'error %':>8}"
+        f"{'error %':>8} {'range %':>15} {'target %':>9} {'within':>6}"
     )
     for ddp in args.ddp:
-        out = closed_loop(model, args.device, ddp, args.seq_len, args.micro_batch, 6, profile)
+        runs = [
+            closed_loop(
+                model, args.device, ddp, args.seq_len, args.micro_batch, args.steps, profile
+            )
+            for _ in range(max(1, args.repeats))
+        ]
+        errors = [r["error_pct"] for r in runs]
+        error = statistics.median(errors)
+        measured = statistics.median(r["measured_step_s"] for r in runs)
+        predicted = runs[0]["predicted_step_s"]
+        target = TARGET_PCT.get((args.device, min(ddp, 2)))
+        spread = f"{min(errors):+.1f}..{max(errors):+.1f}" if len(errors) > 1 else "-"
+        within = "-" if target is None else ("yes" if abs(error) <= target else "NO")
         print(
-            f"{model:12} {args.device:6} {ddp:3d} {out['measured_step_s'] * 1e3:12.1f} "
-            f"{out['predicted_step_s'] * 1e3:13.1f} {out['error_pct']:+8.1f}"
+            f"{model:12} {args.device:6} {ddp:3d} {measured * 1e3:12.1f} {predicted * 1e3:13.1f} "
+            f"{error:+8.1f} {spread:>15} {target if target else '-':>9} {within:>6}"
         )
 
 

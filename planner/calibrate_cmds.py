@@ -40,7 +40,8 @@ def add_parsers(sub: Any) -> None:
     c.add_argument(
         "--accelerator",
         default=None,
-        help="shipped accelerator id the GPU profile is relative to (CUDA)",
+        help="shipped accelerator id the GPU profile is relative to (CUDA; default: the one "
+        "the device's name and memory identify, else the device's own name)",
     )
     c.add_argument("--id", default=None, help="profile id (default: from the device)")
     c.add_argument("--out", default="profile.json", help="where to write the profile JSON")
@@ -82,27 +83,78 @@ def _progress_bar() -> tuple[Any, Any]:
 def run_calibration(
     device: str, quick: bool, ranks: int, accelerator_id: str | None, profile_id: str | None
 ) -> tuple[CalibrationProfile, Any]:
-    """Run the suite and fit a profile; returns (profile, raw suite result)."""
-    _require_torch()
-    from calibration.fit_measured import fit_profile
-    from calibration.suite.run import run_suite
+    """Run the suite and fit a profile; returns (profile, raw suite result).
 
+    The profile's ``accelerator`` names what it was measured on (the planner refuses a profile
+    of another accelerator): on CUDA ``accelerator_id``, else the shipped accelerator the
+    device is (:func:`calibration.suite.identify.identify_accelerator`), else the device's
+    name; on a CPU the CPU's name. ``metadata`` records the device name and kind, the torch
+    and CUDA versions and how the accelerator was chosen."""
+    torch = _require_torch()
+    from calibration.fit_measured import fit_profile
+    from calibration.suite.run import SuiteDeviceError, run_suite
+
+    accel_id, chosen_by = accelerator_for(torch, device, accelerator_id)
     progress, update = _progress_bar()
-    with progress:
-        suite = run_suite(device=device, quick=quick, ranks=ranks, progress=update)
-    accel = planner.load_accelerator(accelerator_id) if accelerator_id else None
+    try:
+        with progress:
+            suite = run_suite(device=device, quick=quick, ranks=ranks, progress=update)
+    except SuiteDeviceError as exc:
+        raise PlannerError("--device", str(exc), "cpu or cuda") from None
+    accel = planner.load_accelerator(accel_id) if accel_id else None
     pid = profile_id or f"{device}-measured"
-    return fit_profile(suite, pid, accel, accelerator_id), suite
+    profile = fit_profile(suite, pid, accel, accel_id)
+    meta = suite.metadata
+    metadata = profile.metadata | {
+        "device_name": meta.device_name,
+        "device_kind": meta.device,
+        "torch_version": meta.torch_version,
+        "cuda_version": meta.cuda_version,
+        "accelerator_chosen_by": chosen_by,
+    }
+    return profile.model_copy(update={"metadata": metadata}), suite
+
+
+def accelerator_for(torch: Any, device: str, given: str | None) -> tuple[str | None, str]:
+    """The shipped accelerator id a profile measured on ``device`` is relative to (None: the
+    device's own name, as on a CPU), and how it was chosen. ``torch`` is the module (a stand-in
+    in tests)."""
+    from calibration.suite.identify import identify_accelerator
+
+    if device == "cpu":
+        if given:
+            raise PlannerError(
+                "--accelerator",
+                "a CPU profile is named after the CPU it was measured on",
+                "no --accelerator with --device cpu",
+            )
+        return None, "cpu: the CPU's name"
+    if not torch.cuda.is_available():
+        raise PlannerError(
+            "--device",
+            "cuda requested but torch.cuda.is_available() is False",
+            "cpu, or a machine with a CUDA GPU",
+        )
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    name, gib = props.name, props.total_memory / 2**30
+    found = identify_accelerator(name, gib)
+    seen = f"{name}, {gib:.1f} GiB"
+    if given:
+        planner.load_accelerator(given)  # a PlannerError naming the shipped ids if unknown
+        if found and found != given:
+            raise PlannerError(
+                "--accelerator",
+                f"this device ({seen}) is {found}, not {given}",
+                f"{found}, or leave --accelerator out",
+            )
+        return given, f"--accelerator ({seen})"
+    if found:
+        return found, f"identified from the device name and memory ({seen})"
+    return None, f"not a shipped accelerator ({seen}): the device name"
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """``planner calibrate``: write a measured profile (and optionally the raw samples)."""
-    if args.device == "cuda" and not args.accelerator:
-        raise PlannerError(
-            "--accelerator",
-            "a GPU profile is relative to a datasheet",
-            "a shipped accelerator id, e.g. h200-sxm-141gb",
-        )
     if args.ranks < 2:
         raise PlannerError("--ranks", f"ranks={args.ranks}", "2 or more")
     profile, suite = run_calibration(args.device, args.quick, args.ranks, args.accelerator, args.id)
@@ -111,8 +163,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         Path(args.samples_out).write_text(suite.model_dump_json(indent=1) + "\n")
     fit = profile.metadata.get("fit", {})
     sys.stdout.write(
-        f"wrote {args.out}: GEMM eta_max {profile.gemm.eta_max}, dim_half "
-        f"{profile.gemm.dim_half}, fixed {profile.gemm.fixed_us} us; attention eta fwd/bwd "
+        f"wrote {args.out} (accelerator {profile.accelerator}): GEMM eta_max "
+        f"{profile.gemm.eta_max}, dim_half {profile.gemm.dim_half}, fixed {profile.gemm.fixed_us} us; attention eta fwd/bwd "
         f"{profile.attention.eta_max_fwd}/{profile.attention.eta_max_bwd}; memory "
         f"{', '.join(f'{k} {v:.1f}' for k, v in fit.get('memory_bandwidth_gb_per_s', {}).items())}"
         " GB/s; "
@@ -143,8 +195,7 @@ def closed_loop(
     if model.moe or model.mla:
         raise PlannerError("--model", "closed loop builds dense GPTs only", "a dense model")
     if profile is None:
-        accel = "h200-sxm-141gb" if device == "cuda" else None
-        profile, _ = run_calibration(device, True, max(2, ddp), accel, f"{device}-measured")
+        profile, _ = run_calibration(device, True, max(2, ddp), None, f"{device}-measured")
     if ddp > 1:
         measured = measure_ddp_step(
             model,

@@ -55,7 +55,11 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     config = load_hf_config(args.config)
     stem = Path(args.out if args.out else args.config).stem
     name = args.name or (stem.lower() if stem != "config" else None)
-    spec, notes = spec_from_hf_config(config, name=name)
+    try:
+        spec, notes = spec_from_hf_config(config, name=name)
+    except PlannerError as exc:  # name the file too: "config.json: model_type: ..."
+        where = Path(args.config).name
+        raise PlannerError(f"{where}: {exc.field}", exc.message, exc.valid) from None
     text = to_yaml(spec, notes, source=args.source or str(args.config))
     total, active = spec.param_counts()
     if args.out is None:

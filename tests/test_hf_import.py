@@ -1,5 +1,6 @@
 """Hugging Face config.json import: shipped sample configs against published parameter counts,
-notes for unread fields, errors, YAML round trip and the ``planner import-hf`` command.
+notes for unread fields, errors, YAML round trip, the ``planner import-hf`` command, and hostile
+input (wrong types, huge numbers, deep or broken files, fuzzed fields): one PlannerError line.
 
 Every expected count below is a published figure (model card, paper or technical report; see
 models/hf/README.md for the per-model source), not an output of the planner.
@@ -8,9 +9,12 @@ models/hf/README.md for the per-model source), not an output of the planner.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import planner
 from planner.cli import main
@@ -18,6 +22,7 @@ from planner.errors import PlannerError
 from planner.hf_import import (
     SUPPORTED_MODEL_TYPES,
     load_hf_config,
+    parse_hf_config_text,
     spec_from_hf_config,
     to_yaml,
 )
@@ -49,6 +54,7 @@ GPT_OSS = [
 ]
 
 SAMPLES = sorted(p.stem for p in HF_DIR.glob("*.json"))
+_SAMPLE_CONFIGS = {stem: json.loads((HF_DIR / f"{stem}.json").read_text()) for stem in SAMPLES}
 
 
 def _import(stem: str):
@@ -361,5 +367,232 @@ def test_cli_stdout_and_errors(tmp_path, capsys):
     bad.write_text(json.dumps({"model_type": "bert"}))
     assert main(["import-hf", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: model_type: unsupported model_type 'bert'")
+    assert err.startswith("error: config.json: model_type: unsupported model_type 'bert'")
     assert main(["import-hf", str(Path(tmp_path) / "nope.json")]) == 2
+
+
+# ---- hostile input: one PlannerError line naming the field, never a traceback ------------------
+LLAMA = HF_DIR / "Llama-3.1-8B.json"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("model_type", ["llama"], "model_type: expected a string, got list"),
+        ("model_type", None, "model_type: expected a string, got null"),
+        ("model_type", {"a": 1}, "model_type: expected a string, got object"),
+        ("hidden_size", True, "hidden_size: expected an integer, got true"),
+        ("hidden_size", None, "hidden_size: required for model_type 'llama'"),
+        ("hidden_size", [4096], "hidden_size: expected an integer, got list"),
+        ("hidden_size", "4096", "hidden_size: expected an integer, got '4096'"),
+        ("hidden_size", 4096.0, "hidden_size: expected an integer, got 4096.0"),
+        ("hidden_size", 1e308, "hidden_size: expected an integer, got 1e+308"),
+        ("hidden_size", 10**400, "hidden_size: an integer of about 401 digits is out of range"),
+        ("hidden_size", -4096, "hidden_size: -4096 is out of range"),
+        ("num_attention_heads", 0, "num_attention_heads: 0 is out of range"),
+        ("num_hidden_layers", 10**6, "num_hidden_layers: 1000000 is out of range"),
+        ("vocab_size", 2**31, "vocab_size: 2147483648 is out of range"),
+        ("hidden_act", ["silu"], "hidden_act: expected a string, got list"),
+        ("hidden_act", "x" * 10_000, "hidden_act: activation 'xxxxxxxx"),
+        ("tie_word_embeddings", 1, "tie_word_embeddings: expected true or false, got 1"),
+        ("_name_or_path", 5, "_name_or_path: expected a string, got 5"),
+        ("text_config", [1], "text_config: expected an object, got list"),
+        ("layer_types", "full_attention", "layer_types: expected a list of 32 layer types"),
+        ("layer_types", [[1]] * 32, "layer_types: unsupported layer type(s): list"),
+        ("max_position_embeddings", -1, "max_position_embeddings: -1 is out of range"),
+        # within the importer's integer range, refused by the model schema: still the HF name
+        ("hidden_size", 2**31, "hidden_size: 2147483648 is out of range"),
+        ("vocab_size", 2**31 - 1, "vocab_size: 2147483647 is out of range"),
+    ],
+)
+def test_wrong_types_and_ranges_name_the_field(field, value, message):
+    with pytest.raises(PlannerError) as exc:
+        spec_from_hf_config({**load_hf_config(LLAMA), field: value})
+    text = str(exc.value)
+    assert text.startswith(message), text
+    assert "\n" not in text and len(text) < 300, text
+
+
+@pytest.mark.parametrize(
+    ("stem", "field", "value"),
+    [
+        ("Qwen3-30B-A3B", "mlp_only_layers", [True]),
+        ("Qwen3-30B-A3B", "mlp_only_layers", {"0": 1}),
+        ("Nemotron-H-8B-Base-8K", "hybrid_override_pattern", 7),
+        ("Nemotron-H-8B-Base-8K", "hybrid_override_pattern", "M" * 100_000),
+        ("Nemotron-H-8B-Base-8K", "mlp_hidden_act", ["relu2"]),
+        ("Jamba-v0.1", "mamba_proj_bias", "yes"),
+        ("Jamba-v0.1", "mamba_dt_rank", "big"),
+        ("DeepSeek-V3", "kv_lora_rank", 1e3),
+        ("DeepSeek-V3", "q_lora_rank", -1),
+        ("gpt-oss-120b", "experts_per_token", False),
+        ("gpt-oss-120b", "quantization_config", {"quant_method": ["mxfp4"]}),
+    ],
+)
+def test_every_family_checks_its_fields(stem, field, value):
+    cfg = load_hf_config(HF_DIR / f"{stem}.json")
+    try:
+        spec_from_hf_config({**cfg, field: value})
+    except PlannerError as exc:
+        assert exc.field == field and len(str(exc)) < 300, str(exc)
+    else:
+        assert field == "quantization_config"  # only noted, never an error
+
+
+def test_keys_must_be_strings():
+    with pytest.raises(PlannerError, match="field name 1 is not a string"):
+        spec_from_hf_config({**load_hf_config(LLAMA), 1: 2})
+    with pytest.raises(PlannerError, match="text_config"):
+        spec_from_hf_config({"model_type": "llava", "text_config": {None: 1}})
+
+
+def test_ten_thousand_layer_stack_without_repeats_imports():
+    """The per-layer stack is built and compressed in time proportional to its length: a
+    10,000-layer stack whose sliding/full pattern never repeats (Thue-Morse) still imports."""
+    n = 10_000
+    types = ["sliding_attention" if bin(i).count("1") % 2 else "full_attention" for i in range(n)]
+    cfg = {**load_hf_config(LLAMA), "num_hidden_layers": n, "layer_types": types}
+    spec, notes = spec_from_hf_config({**cfg, "sliding_window": 4096})
+    assert spec.layers == n
+    assert to_yaml(spec, notes).count("\n      - ") == sum(len(g.layers) for g in spec.layer_groups)
+
+
+HOSTILE_FILES = {
+    "deep.json": b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "latin1.json": '{"model_type": "llama", "name": "caf\u00e9"}'.encode("latin-1"),
+    "bom-garbage.json": b"\xff\xfe{}",
+    "nan.json": b'{"model_type": "llama", "hidden_size": NaN}',
+    "inf.json": b'{"model_type": "llama", "hidden_size": 1e999}',
+    "digits.json": b'{"model_type": "llama", "hidden_size": ' + b"9" * 5000 + b"}",
+    "list.json": b'["llama"]',
+    "empty.json": b"",
+    "truncated.json": b'{"model_type": "lla',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_FILES))
+def test_hostile_files_are_one_line_errors(name, tmp_path, capsys):
+    path = tmp_path / name
+    path.write_bytes(HOSTILE_FILES[name])
+    with pytest.raises(PlannerError) as exc:
+        load_hf_config(path)
+    assert exc.value.field == name
+    assert main(["import-hf", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {name}: ") and err.count("\n") == 1, err
+    assert len(err) < 300, err
+
+
+def test_a_2_gb_file_is_refused_before_reading(tmp_path, capsys):
+    big = tmp_path / "config.json"
+    with big.open("wb") as fh:
+        fh.truncate(2 * 1024**3)  # sparse: no disk used, and nothing of it is read
+    with pytest.raises(PlannerError, match="larger than 1 MB"):
+        load_hf_config(big)
+    assert main(["import-hf", str(big)]) == 2
+    assert "larger than 1 MB" in capsys.readouterr().err
+
+
+def test_cli_names_the_file_and_the_field(tmp_path, capsys):
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({**load_hf_config(LLAMA), "model_type": ["llama"]}))
+    assert main(["import-hf", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config.json: model_type: expected a string, got list")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    bad.write_text(json.dumps({**load_hf_config(LLAMA), "hidden_size": True}))
+    assert main(["import-hf", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: config.json: hidden_size: expected an integer, got true"
+    )
+
+
+def test_parse_hf_config_text():
+    assert parse_hf_config_text('{"model_type": "llama"}') == {"model_type": "llama"}
+    with pytest.raises(PlannerError, match="^upload: expected a JSON object, got list"):
+        parse_hf_config_text("[1]", "upload")
+    with pytest.raises(PlannerError, match="^config: invalid JSON"):
+        parse_hf_config_text('{"a": Infinity}')
+
+
+# ---- fuzz: any JSON value in any field gives a spec or a PlannerError, nothing else ------------
+_LEAF = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from([0, -1, 2**31 - 1, 2**31, 2**63, 10**400, -(10**400)])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+    | st.sampled_from(["silu", "gelu", "relu2", "auto", "full_attention", "sliding_attention"])
+)
+_JSON = st.recursive(
+    _LEAF,
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+# fields some builder reads but not every sample config holds
+_EXTRA_KEYS = [
+    "_name_or_path",
+    "head_dim",
+    "hybrid_override_pattern",
+    "layer_types",
+    "mamba_dt_rank",
+    "max_window_layers",
+    "mlp_only_layers",
+    "model_type",
+    "num_experts",
+    "quantization_config",
+    "sliding_window",
+    "text_config",
+    "use_sliding_window",
+]
+
+
+def _assert_import_is_clean(cfg: dict) -> None:
+    try:
+        spec, notes = spec_from_hf_config(cfg)
+    except PlannerError as exc:
+        assert "\n" not in str(exc) and exc.field, str(exc)
+        return
+    total, active = spec.param_counts()
+    assert 0 < active <= total
+    assert to_yaml(spec, notes).startswith("#")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stem=st.sampled_from(SAMPLES), data=st.data())
+def test_fuzz_config_fields_only_raise_planner_error(stem, data):
+    cfg = dict(_SAMPLE_CONFIGS[stem])
+    keys = sorted(set(cfg) | set(_EXTRA_KEYS))
+    for key in data.draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3)):
+        cfg[key] = data.draw(_JSON)
+    _assert_import_is_clean(cfg)
+    _assert_import_is_clean({"model_type": "wrapper", "text_config": cfg})
+
+
+def test_fuzz_mutated_files_only_raise_planner_error(tmp_path):
+    """Seeded byte mutations of every sample file (flip, insert, delete, duplicate a span):
+    reading and importing give a spec or a PlannerError."""
+    rng = random.Random(12)
+    path = tmp_path / "config.json"
+    for stem in SAMPLES:
+        original = (HF_DIR / f"{stem}.json").read_bytes()
+        for _ in range(40):
+            data = bytearray(original)
+            for _ in range(rng.randint(1, 4)):
+                i = rng.randrange(len(data))
+                op = rng.choice(("flip", "insert", "delete", "repeat"))
+                if op == "flip":
+                    data[i] = rng.choice(b'0123456789-.eE[]{}",:tfn \xff\x00')
+                elif op == "insert":
+                    data[i:i] = rng.choice([b"[", b"{", b"-", b"9" * 30, b"true", b"null"])
+                elif op == "delete":
+                    del data[i : i + rng.randint(1, 20)]
+                else:
+                    data[i:i] = data[i : i + rng.randint(1, 200)]
+            path.write_bytes(bytes(data))
+            try:
+                cfg = load_hf_config(path)
+            except PlannerError:
+                continue
+            _assert_import_is_clean(cfg)

@@ -5,7 +5,9 @@ the planner's schema and returns notes for everything it could not express exact
 matter for cost but have no planner equivalent (biases, attention sinks, Mamba-1 internals...),
 approximations it made (Nemotron-H MLP-only layers merged into the previous layer) and every field
 it did not read (split into "no effect on cost" and "unknown"). Nothing is guessed: a missing
-required field is a :class:`PlannerError` naming it.
+required field is a :class:`PlannerError` naming it, and so is every value of the wrong type or
+out of range (a list for ``model_type``, ``true`` or ``10**400`` for ``hidden_size``): hostile
+input gives one line, never a traceback.
 
 Field names follow ``transformers`` ``src/transformers/models/<type>/configuration_<type>.py``
 (see ``shared/reference/libraries.md`` section 3.5). Multimodal repos nest the text model under
@@ -21,6 +23,7 @@ from planner.hf_import.assemble import (
     NO_COST_FIELDS,
     SUPPORTED_MODEL_TYPES,
     load_hf_config,
+    parse_hf_config_text,
     spec_from_hf_config,
     to_yaml,
 )
@@ -32,6 +35,7 @@ __all__ = [
     "NO_COST_FIELDS",
     "SUPPORTED_MODEL_TYPES",
     "load_hf_config",
+    "parse_hf_config_text",
     "spec_from_hf_config",
     "to_yaml",
 ]

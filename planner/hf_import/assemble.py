@@ -5,7 +5,6 @@ description, the notes on unread fields, reading ``config.json`` files and writi
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -16,10 +15,11 @@ from pydantic import ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.hf_import.deepseek import _deepseek_v3
-from planner.hf_import.fields import _Draft, _Fields
+from planner.hf_import.fields import _Draft, _Fields, check_keys, shown
 from planner.hf_import.gpt_oss import _gpt_oss
 from planner.hf_import.hybrid import _jamba, _nemotron_h
 from planner.hf_import.llama import LLAMA_LIKE, _llama_like
+from planner.safe_io import load_json, read_text
 from planner.specs.blocks import AttentionMixer, DenseMLP, LayerGroup, LayerSpec, MoEMLP
 from planner.specs.model import ModelSpec, MoESpec
 
@@ -33,6 +33,20 @@ _BUILDERS: dict[str, Callable[[_Fields, list[str]], _Draft]] = {
     "nemotron_h": _nemotron_h,
 }
 SUPPORTED_MODEL_TYPES = tuple(_BUILDERS)
+_MAX_BLOCK = 128  # longest repeated block _compress looks for (real stacks repeat <= 8 layers)
+
+# The config field a model-schema field comes from, to name it when the schema refuses a value
+# (MLA fields have the same names in both; MoE and Mamba fields differ by family).
+_HF_NAMES = {
+    "layers": "num_hidden_layers",
+    "hidden": "hidden_size",
+    "ffn_hidden": "intermediate_size",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads",
+    "vocab": "vocab_size",
+    "max_positions": "max_position_embeddings",
+    "window": "sliding_window",
+}
 
 # Fields read by no builder because they do not change step time or memory in the planner's
 # model: token ids, initialisation, norm epsilons, RoPE frequencies/scaling, dropout, routing
@@ -54,19 +68,26 @@ NO_COST_FIELDS = frozenset(_NO_COST.split())
 # ---- assembling the spec ------------------------------------------------------------------------
 def _compress(layers: list[LayerSpec]) -> list[LayerGroup]:
     """Layer groups for a per-layer list: one repeated period when the stack has one, else
-    greedy runs of repeated blocks (longest coverage first) and single layers in between."""
-    n = len(layers)
+    greedy runs of repeated blocks (longest coverage first; blocks of at most
+    ``_MAX_BLOCK`` layers) and single layers in between.
+
+    The stack is compared as a string, one character per distinct layer, so that a 10,000
+    layer stack with no repeats takes well under a second."""
+    codes: dict[LayerSpec, str] = {}
+    s = "".join(codes.setdefault(x, chr(len(codes))) for x in layers)
+    n = len(s)
     for p in range(1, n // 2 + 1):
-        if n % p == 0 and all(layers[i] == layers[i % p] for i in range(n)):
+        if n % p == 0 and s[:p] * (n // p) == s:
             return [LayerGroup(repeat=n // p, layers=layers[:p])]
     groups: list[LayerGroup] = []
     loose: list[LayerSpec] = []
     i = 0
     while i < n:
         best_p, best_r = 1, 1
-        for p in range(1, (n - i) // 2 + 1):
+        for p in range(1, min(_MAX_BLOCK, (n - i) // 2) + 1):
+            block = s[i : i + p]
             r = 1
-            while i + (r + 1) * p <= n and layers[i + r * p : i + (r + 1) * p] == layers[i : i + p]:
+            while i + (r + 1) * p <= n and s.startswith(block, i + r * p):
                 r += 1
             if r > 1 and r * p > best_r * best_p:
                 best_p, best_r = p, r
@@ -126,8 +147,9 @@ def _text_config(config: Mapping[str, Any], notes: list[str]) -> tuple[Mapping[s
     text = config.get("text_config")
     if text is None:
         return config, ""
-    if not isinstance(text, dict):
-        raise PlannerError("text_config", "expected a mapping of fields")
+    if not isinstance(text, Mapping):
+        raise PlannerError("text_config", f"expected an object, got {shown(text)}", "an object")
+    check_keys(text, "text_config")
     merged = dict(text)
     for key in ("tie_word_embeddings", "vocab_size"):
         if key not in merged and key in config:
@@ -141,6 +163,31 @@ def _text_config(config: Mapping[str, Any], notes: list[str]) -> tuple[Mapping[s
     return merged, "text_config."
 
 
+def _model_type(config: Mapping[str, Any], data: Mapping[str, Any], prefix: str) -> str:
+    """The supported ``model_type`` of the text model (or of the wrapper when the text model
+    has none)."""
+    field, value = prefix + "model_type", data.get("model_type")
+    if value is None and prefix:
+        field, value = "model_type", config.get("model_type")
+    supported = ", ".join(SUPPORTED_MODEL_TYPES)
+    if not isinstance(value, str):
+        raise PlannerError(field, f"expected a string, got {shown(value)}", supported)
+    if value not in _BUILDERS:
+        raise PlannerError(field, f"unsupported model_type {shown(value)}", supported)
+    return value
+
+
+def _schema_error(exc: ValidationError, f: _Fields) -> PlannerError:
+    """The model schema's refusal, naming the config field the value came from where it is
+    known (``hidden_size: 1073741824 is out of range``), else the schema's field."""
+    err = pydantic_error_to_planner(exc, "model")
+    leaf = err.field.rsplit(".", 1)[-1]
+    source = _HF_NAMES.get(leaf, leaf)
+    if source not in f.data:
+        return err
+    return PlannerError(f.path(source), err.message, err.valid)
+
+
 def spec_from_hf_config(
     config: Mapping[str, Any], name: str | None = None
 ) -> tuple[ModelSpec, list[str]]:
@@ -149,21 +196,21 @@ def spec_from_hf_config(
     missing required field or values the schema cannot hold."""
     if not isinstance(config, Mapping):
         raise PlannerError("config", "expected a JSON object", "a Hugging Face config.json")
+    check_keys(config, "config")
     notes: list[str] = []
     data, prefix = _text_config(config, notes)
-    model_type = data.get("model_type") or config.get("model_type")
-    if model_type not in _BUILDERS:
-        raise PlannerError(
-            prefix + "model_type",
-            f"unsupported model_type {model_type!r}",
-            ", ".join(SUPPORTED_MODEL_TYPES),
-        )
+    model_type = _model_type(config, data, prefix)
     f = _Fields(data, model_type, prefix)
-    draft = _BUILDERS[model_type](f, notes)
+    try:
+        draft = _BUILDERS[model_type](f, notes)
+    except ValidationError as exc:  # a block (mixer, MLA) the schema refuses
+        raise _schema_error(exc, f) from None
 
     source = config.get("_name_or_path") or data.get("_name_or_path")
+    if source is not None and not isinstance(source, str):
+        raise PlannerError("_name_or_path", f"expected a string, got {shown(source)}")
     if name is None:
-        name = str(source).rstrip("/").split("/")[-1].lower() if source else model_type
+        name = (source.rstrip("/").split("/")[-1].lower() if source else "") or model_type
     fields = dict(draft.fields)
     moe_fields = draft.moe
     if moe_fields is not None and not any(x.mlp.kind == "moe" for x in draft.layers):
@@ -182,7 +229,7 @@ def spec_from_hf_config(
             **fields,
         )
     except ValidationError as exc:
-        raise pydantic_error_to_planner(exc, "model") from None
+        raise _schema_error(exc, f) from None
     spec = spec.model_copy(update={"description": _describe(spec, model_type)})
 
     unread = f.unread()
@@ -200,28 +247,24 @@ def spec_from_hf_config(
 
 
 # ---- files --------------------------------------------------------------------------------------
-def load_hf_config(path: str | Path) -> dict[str, Any]:
-    """Read a ``config.json`` (at most 1 MB) into a dict; every failure is a PlannerError."""
-    p = Path(path)
-    if not p.is_file():
-        raise PlannerError("config", f"file not found: {p}", "a path to a config.json")
-    if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise PlannerError("config", f"{p} is larger than 1 MB", "a config.json under 1 MB")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise PlannerError("config", f"{p} is not UTF-8 text", "a JSON object") from None
-    except json.JSONDecodeError as exc:
-        raise PlannerError(
-            "config",
-            f"invalid JSON in {p.name} at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-            "a JSON object (Hugging Face config.json)",
-        ) from None
+def parse_hf_config_text(text: str, what: str = "config") -> dict[str, Any]:
+    """A ``config.json``'s text as a dict: strict JSON (:func:`planner.safe_io.load_json`:
+    bounded size and depth, no NaN/Infinity) holding an object; errors name ``what``."""
+    data = load_json(text, what, MAX_CONFIG_BYTES)
     if not isinstance(data, dict):
         raise PlannerError(
-            "config", f"expected a JSON object, got {type(data).__name__}", "a JSON object"
+            what,
+            f"expected a JSON object, got {shown(data)}",
+            "a JSON object (Hugging Face config.json)",
         )
     return data
+
+
+def load_hf_config(path: str | Path) -> dict[str, Any]:
+    """Read a ``config.json`` (at most 1 MB of UTF-8) into a dict; every failure is a
+    PlannerError naming the file."""
+    what = Path(path).name or "config"
+    return parse_hf_config_text(read_text(path, what, MAX_CONFIG_BYTES), what)
 
 
 def _layer_yaml(layer: LayerSpec) -> str:
@@ -256,10 +299,14 @@ def to_yaml(spec: ModelSpec, notes: Sequence[str], source: str | None = None) ->
     lines = [*head, body.rstrip("\n")]
     if groups is not None:
         lines.append("layer_groups:")
+        flow: dict[LayerSpec, str] = {}  # each distinct layer dumped once (10,000-layer stacks)
         for g in spec.layer_groups or []:
             lines.append(f"  - repeat: {g.repeat}")
             lines.append("    layers:")
-            lines.extend(f"      - {_layer_yaml(x)}" for x in g.layers)
+            for x in g.layers:
+                if x not in flow:
+                    flow[x] = _layer_yaml(x)
+                lines.append(f"      - {flow[x]}")
     tail = yaml.safe_dump({"sources": sources}, sort_keys=False, width=10_000)
     lines.append(tail.rstrip("\n"))
     return "\n".join(lines) + "\n"

@@ -10,12 +10,49 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.specs.base import MAX_LAYERS
 from planner.specs.blocks import LayerSpec
 from planner.specs.model import Activation
 
 _GATED = {"silu": "swiglu", "swish": "swiglu"}
 _GATED_GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 _MISSING = object()
+
+MAX_INT = 2**31 - 1
+"""Largest integer any size field may hold (a signed 32-bit integer, as in transformers'
+configs); the model schema then checks each field's own range (``planner.specs.base``)."""
+
+
+def shown(value: Any) -> str:
+    """A JSON value as an error line names it: ``true``/``false``/``null``, a number (a long
+    integer by its digit count), a quoted string (cut at 40 characters), or its kind
+    (``list``, ``object``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if value.bit_length() <= 64:
+            return str(value)
+        digits = int(value.bit_length() * 0.30103) + 1  # str() of 10**5000 would raise
+        return f"{'a negative' if value < 0 else 'an'} integer of about {digits} digits"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def check_keys(data: Mapping[Any, Any], where: str) -> None:
+    """Every key of a config mapping is a string (JSON objects always are; a dict built in
+    Python may not be)."""
+    for key in data:
+        if not isinstance(key, str):
+            raise PlannerError(where, f"field name {shown(key)} is not a string", "JSON objects")
 
 
 class _Fields:
@@ -53,18 +90,33 @@ class _Fields:
             )
         return value
 
-    def integer(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
-        """An integer field >= ``minimum``; required unless ``default`` is given."""
+    def integer(
+        self, key: str, default: Any = _MISSING, minimum: int = 1, maximum: int = MAX_INT
+    ) -> int:
+        """An integer field from ``minimum`` to ``maximum``; required unless ``default`` is
+        given. A boolean is not an integer here (``"hidden_size": true`` is an error)."""
         value = self.require(key) if default is _MISSING else self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise PlannerError(self.path(key), f"expected an integer >= {minimum}, got {value!r}")
+        valid = f"an integer from {minimum:,} to {maximum:,}"
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PlannerError(self.path(key), f"expected an integer, got {shown(value)}", valid)
+        if not minimum <= value <= maximum:
+            raise PlannerError(self.path(key), f"{shown(value)} is out of range", valid)
         return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)
         if not isinstance(value, bool):
-            raise PlannerError(self.path(key), f"expected true or false, got {value!r}")
+            raise PlannerError(
+                self.path(key), f"expected true or false, got {shown(value)}", "true or false"
+            )
         return value
+
+    def string(self, key: str, default: Any = _MISSING) -> Any:
+        """A string field; required unless ``default`` is given (returned when missing)."""
+        value = self.require(key) if default is _MISSING else self.get(key, default)
+        if value is None or isinstance(value, str):  # None only as the default
+            return value
+        raise PlannerError(self.path(key), f"expected a string, got {shown(value)}")
 
     def unread(self) -> list[str]:
         return sorted(k for k in self.data if k not in self.used)
@@ -93,7 +145,7 @@ class _Header:
 def _read_header(f: _Fields) -> _Header:
     """num_hidden_layers, hidden_size, num_attention_heads and num_key_value_heads (default: one
     KV head per attention head), read in that order."""
-    n = f.integer("num_hidden_layers")
+    n = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     hidden = f.integer("hidden_size")
     heads = f.integer("num_attention_heads")
     return _Header(n, hidden, heads, f.integer("num_key_value_heads", default=heads))
@@ -139,14 +191,14 @@ def _gated_activation(f: _Fields, notes: list[str]) -> Activation:
     """Gated MLPs (Llama-style gate/up/down): silu -> swiglu, gelu -> geglu."""
     if not f.has("hidden_act"):
         notes.append("hidden_act missing: the transformers default 'silu' (SwiGLU) was used.")
-    act = f.get("hidden_act", "silu")
+    act = f.string("hidden_act", "silu")
     if act in _GATED:
         return "swiglu"
     if act in _GATED_GELU:
         return "geglu"
     raise PlannerError(
         f.path("hidden_act"),
-        f"activation '{act}' of a gated MLP is not supported",
+        f"activation {shown(act)} of a gated MLP is not supported",
         "silu (SwiGLU) or gelu (GeGLU)",
     )
 
@@ -177,11 +229,11 @@ def _windows(f: _Fields, n: int) -> list[int | None]:
                 f"expected a list of {n} layer types (one per num_hidden_layers)",
                 ", ".join(valid),
             )
-        bad = sorted({str(t) for t in types if t not in valid})
+        bad = sorted({shown(t) for t in types if t not in valid})
         if bad:
             raise PlannerError(
                 f.path("layer_types"),
-                f"unsupported layer type(s): {', '.join(bad)}",
+                f"unsupported layer type(s): {', '.join(bad[:5])}",
                 ", ".join(valid),
             )
         window = f.integer("sliding_window") if "sliding_attention" in types else None
@@ -237,7 +289,8 @@ def _mlp_bias_note(f: _Fields, notes: list[str]) -> None:
 def _quantization_note(f: _Fields, notes: list[str]) -> None:
     q = f.get("quantization_config")
     if q is not None:
-        method = q.get("quant_method", "?") if isinstance(q, dict) else "?"
+        method = q.get("quant_method") if isinstance(q, dict) else None
+        method = method[:40] if isinstance(method, str) else "?"
         notes.append(
             f"quantization_config ({method}) describes the released weights; parameters are "
             "counted as elements and the training precision is a run option (--precision)."

@@ -10,6 +10,7 @@ from typing import Any
 from planner.errors import PlannerError
 from planner.hf_import.fields import (
     _GATED_GELU,
+    MAX_LAYERS,
     _Draft,
     _Fields,
     _first_int,
@@ -19,6 +20,7 @@ from planner.hf_import.fields import (
     _period_offset,
     _read_header,
     _spec_fields,
+    shown,
 )
 from planner.specs.blocks import (
     AttentionMixer,
@@ -63,8 +65,8 @@ def _jamba(f: _Fields, notes: list[str]) -> _Draft:
     )
     dt_rank_raw = f.get("mamba_dt_rank", "auto")
     dt_rank = math.ceil(h.hidden / 16) if dt_rank_raw == "auto" else f.integer("mamba_dt_rank")
-    f.consume("mamba_conv_bias", "mamba_proj_bias")
-    if f.get("mamba_proj_bias", False):
+    f.consume("mamba_conv_bias")
+    if f.flag("mamba_proj_bias", False):
         notes.append("mamba_proj_bias is true: the Mamba projection biases are not counted.")
     window = _first_int(f, "sliding_window")
     d_in = expand * h.hidden
@@ -149,12 +151,12 @@ def _nemotron_h(f: _Fields, notes: list[str]) -> _Draft:
 def _hybrid_pattern(f: _Fields) -> str:
     """hybrid_override_pattern, checked: one of 'M*-E' per num_hidden_layers."""
     pattern = f.require("hybrid_override_pattern")
-    n_hf = f.integer("num_hidden_layers")
+    n_hf = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     valid = "a string of M (Mamba-2), * (attention), - (MLP), E (MoE)"
     if not isinstance(pattern, str) or len(pattern) != n_hf or set(pattern) - set("M*-E"):
         raise PlannerError(
             f.path("hybrid_override_pattern"),
-            f"expected {n_hf} characters (num_hidden_layers) from 'M*-E', got {pattern!r}",
+            f"expected {n_hf} characters (num_hidden_layers) from 'M*-E', got {shown(pattern)}",
             valid,
         )
     return pattern
@@ -162,14 +164,16 @@ def _hybrid_pattern(f: _Fields) -> str:
 
 def _nemotron_activation(f: _Fields) -> Activation:
     """The (non-gated) MLP activation: mlp_hidden_act, else hidden_act."""
-    act = f.get("mlp_hidden_act", f.get("hidden_act"))
+    key = "mlp_hidden_act" if f.has("mlp_hidden_act") else "hidden_act"
+    f.consume("mlp_hidden_act", "hidden_act")
+    act = f.string(key, None)
     if act == "relu2":
         return "relu2"
     if act in _GATED_GELU:
         return "gelu"
     raise PlannerError(
-        f.path("mlp_hidden_act"),
-        f"activation {act!r} of the (non-gated) Nemotron-H MLP is not supported",
+        f.path(key),
+        f"activation {shown(act)} of the (non-gated) Nemotron-H MLP is not supported",
         "relu2 or gelu",
     )
 

@@ -17,6 +17,7 @@ from planner.hf_import.fields import (
     _read_header,
     _spec_fields,
     _windows,
+    shown,
 )
 from planner.specs.blocks import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 
@@ -75,9 +76,17 @@ def _moe_layers(
     experts = f.integer("num_experts", default=0, minimum=0)
     step = f.integer("decoder_sparse_step", default=1)
     only_dense = f.get("mlp_only_layers", [])
-    if not isinstance(only_dense, list) or not all(isinstance(i, int) for i in only_dense):
-        raise PlannerError(f.path("mlp_only_layers"), "expected a list of layer indices")
-    is_moe = [experts > 0 and i not in only_dense and (i + 1) % step == 0 for i in range(n)]
+    if not isinstance(only_dense, list):
+        raise PlannerError(
+            f.path("mlp_only_layers"), f"expected a list, got {shown(only_dense)}", "layer indices"
+        )
+    for i in only_dense:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise PlannerError(
+                f.path("mlp_only_layers"), f"{shown(i)} is not a layer index", "integers"
+            )
+    dense_set = set(only_dense)
+    is_moe = [experts > 0 and i not in dense_set and (i + 1) % step == 0 for i in range(n)]
     moe = {
         "experts": experts,
         "top_k": f.integer("num_experts_per_tok") if experts else 1,
