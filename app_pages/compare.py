@@ -17,8 +17,8 @@ import streamlit as st
 import planner
 from app_pages import charts
 from app_pages import common as c
+from planner.cli.search import gpu_counts
 from planner.errors import PlannerError
-from planner.search_cmd import gpu_counts
 
 GENERATIONS = ("dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8x")
 GPU_COUNT = "GPU count"

@@ -33,29 +33,22 @@ UPLOAD_YAML = "Upload model YAML"
 UPLOAD_HF = "Upload HuggingFace config.json"
 SOURCES = (SHIPPED, UPLOAD_YAML, UPLOAD_HF)
 
+# widget keys -> first values where the page's differ from the specs' defaults
+# (app_pages/estimate_extras.py field_defaults gives the others)
 DEFAULTS = {
     "est_model_source": SHIPPED,
     "est_model": c.DEFAULT_MODEL,
     "est_cluster": c.DEFAULT_CLUSTER,
     "est_gpus": 8,
     "est_tp": 2,
-    "est_pp": 1,
-    "est_cp": 1,
-    "est_ep": 1,
     "est_vpp": 1,
     "est_seq_len": 4096,
     "est_global_batch": 64,
-    "est_micro_batch": 1,
-    "est_recompute": "none",
     "est_zero": 1,
-    "est_precision": "bf16",
     "est_sp": True,
     "est_overlap_tp": True,
-    "est_overlap_dp": True,
-    "est_overlap_ep": False,
     "est_cuda_graphs": False,
     "est_in_place_loss": False,
-    "est_offload_layers": 0,
     "est_recompute_modules": ["core_attn"],
 }
 
@@ -313,7 +306,7 @@ def show_details(model: ModelSpec, cluster: Cluster, report: StepReport) -> None
 
 def body() -> None:
     """The Estimate page."""
-    c.init_state(DEFAULTS)
+    c.init_state(extras.field_defaults() | DEFAULTS)
     st.title("Estimate")
     st.caption(
         "Step time, tokens/s, MFU and memory per GPU of one layout, from the analytic model."
@@ -332,92 +325,12 @@ def body() -> None:
             f"scale-up domain {cluster.spec.scale_up_domain_gpus} GPUs."
         )
     st.subheader("Layout")
-    cols = st.columns(6)
-    gpus = int(
-        cols[0].number_input("GPUs", min_value=1, max_value=1_000_000, step=1, key="est_gpus")
-    )
-    tp = int(cols[1].number_input("tp", min_value=1, max_value=1024, step=1, key="est_tp"))
-    pp = int(cols[2].number_input("pp", min_value=1, max_value=1024, step=1, key="est_pp"))
-    cp = int(cols[3].number_input("cp", min_value=1, max_value=1024, step=1, key="est_cp"))
-    ep = int(cols[4].number_input("ep", min_value=1, max_value=1024, step=1, key="est_ep"))
-    vpp = int(cols[5].number_input("vpp", min_value=1, max_value=64, step=1, key="est_vpp"))
-    cols = st.columns(6)
-    seq_len = int(
-        cols[0].number_input(
-            "seq len", min_value=1, max_value=10_000_000, step=1024, key="est_seq_len"
-        )
-    )
-    global_batch = int(
-        cols[1].number_input(
-            "global batch (sequences)",
-            min_value=1,
-            max_value=10_000_000,
-            step=1,
-            key="est_global_batch",
-        )
-    )
-    micro_batch = int(
-        cols[2].number_input(
-            "micro-batch", min_value=1, max_value=4096, step=1, key="est_micro_batch"
-        )
-    )
-    recompute = cols[3].selectbox("recompute", ("none", "selective", "full"), key="est_recompute")
-    zero = cols[4].selectbox("ZeRO stage", (0, 1, 2, 3), key="est_zero")
-    precision = cols[5].selectbox("precision", ("bf16", "fp16", "fp8"), key="est_precision")
-    modules = None
-    if recompute == "selective":
-        modules = tuple(
-            st.multiselect(
-                "selective recompute modules (Megatron-Core --recompute-modules)",
-                (
-                    "core_attn",
-                    "mla_up_proj",
-                    "moe_act",
-                    "mlp",
-                    "layernorm",
-                    "moe",
-                    "shared_experts",
-                ),
-                key="est_recompute_modules",
-            )
-        )
-    offload = 0
-    if recompute == "none" and pp == 1:
-        offload = int(
-            st.number_input(
-                "offload activations of this many layers to host memory",
-                min_value=0,
-                step=1,
-                key="est_offload_layers",
-                help="Megatron-Core --cpu-offloading-num-layers (pp 1, no recompute): each "
-                "layer's copy over PCIe / NVLink-C2C hides behind the next layer's compute",
-            )
-        )
-    cols = st.columns(6)
-    sp = cols[0].checkbox("sequence parallel", key="est_sp")
-    overlap_tp = cols[1].checkbox("overlap TP communication", key="est_overlap_tp")
-    overlap_dp = cols[2].checkbox("overlap DP gradient reduction", key="est_overlap_dp")
-    overlap_ep = cols[3].checkbox(
-        "overlap EP all-to-all",
-        key="est_overlap_ep",
-        help="Megatron-Core --overlap-moe-expert-parallel-comm (MoE; needs vpp >= 2 if pp > 1)",
-    )
-    cuda_graphs = cols[4].checkbox(
-        "CUDA graphs",
-        key="est_cuda_graphs",
-        help="kernels replayed from graphs: the host never holds the GPU back "
-        "(host overhead 0 instead of the profile's cost per framework op)",
-    )
-    in_place_loss = cols[5].checkbox(
-        "in-place loss",
-        key="est_in_place_loss",
-        help="online-softmax cross-entropy that writes the gradient into the logits "
-        "(Transformer Engine; Megatron --cross-entropy-fusion-impl te): logits memory 2 B "
-        "instead of 6 B per element",
-    )
+    gpus, values, cuda_graphs = extras.spec_inputs()
     if model is None:
         return
+    tp, pp, cp, seq_len = values["tp"], values["pp"], values["cp"], values["seq_len"]
     if gpus % (tp * pp * cp):
+        vpp = values["vpp"] or 1
         # a tp/pp/vpp/cp that is illegal for the model whatever the GPU count says so first
         try:
             probe = Layout(tp=tp, pp=pp, dp=1, cp=cp, vpp=vpp if vpp > 1 else None)
@@ -436,29 +349,7 @@ def body() -> None:
     dp = gpus // (tp * pp * cp)
     st.caption(f"dp = gpus / (tp x pp x cp) = {gpus} / {tp * pp * cp} = **{dp}**")
     try:
-        layout = Layout(
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            cp=cp,
-            ep=ep,
-            vpp=vpp if vpp > 1 else None,
-            sequence_parallel=sp and tp > 1,
-            zero=zero,
-            overlap_tp_comm=overlap_tp and tp > 1,
-            overlap_dp_grad_reduce=overlap_dp,
-            overlap_ep_comm=overlap_ep and ep > 1,
-        )
-        training = Training(
-            seq_len=seq_len,
-            global_batch=global_batch,
-            micro_batch=micro_batch,
-            recompute=recompute,
-            recompute_modules=modules,
-            precision=precision,
-            cross_entropy="in_place" if in_place_loss else "fp32_copy",
-            offload_layers=offload,
-        )
+        layout, training = extras.specs_from_inputs(values, dp)
     except ValidationError as exc:
         st.error(c.one_line(pydantic_error_to_planner(exc, "layout")))
         return

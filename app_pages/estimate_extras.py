@@ -1,6 +1,15 @@
-"""The Estimate page's lazy sections: goodput under failures and checkpoints, and levers.
+"""The Estimate page's layout and training inputs, and its lazy sections: goodput under failures
+and checkpoints, and levers.
 
-Both live in expanders that track their state (``on_change="rerun"``), so their inputs and
+The inputs are generated from the fields of :data:`LAYOUT_SPEC` and :data:`TRAINING_SPEC`
+(``planner.cli.fields.input_fields``, as the command line's flags): a ``Literal`` is a select
+box, a ``bool`` a checkbox, an ``int`` a number input within the field's bounds, a tuple of
+choices a multiselect, the description the help. The fields the page has always shown keep
+their place, label and key (:data:`ROWS`, :data:`LABELS`, :data:`KEYS`); any other field,
+one added to a spec included, is drawn under "More layout and training settings" with the key
+``est_<field>``.
+
+The goodput and levers sections live in expanders that track their state (``on_change="rerun"``), so their inputs and
 numbers are computed only while the expander is open and the Estimate rerun stays as fast as
 the cached simulation. :func:`planner.goodput.goodput` is pure arithmetic (tens of
 microseconds); :func:`planner.advise.advise` re-simulates about ten layouts and is cached on
@@ -9,12 +18,14 @@ the frozen specs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
 
 from app_pages import common as c
 from planner.advise import Lever, advise
+from planner.cli.fields import InputField, input_fields
 from planner.goodput import (
     DEFAULT_MTBF_HOURS_PER_GPU,
     DEFAULT_RESTART_MINUTES,
@@ -41,6 +52,161 @@ DEFAULTS: dict[str, Any] = {
     "est_gp_restart": float(DEFAULT_RESTART_MINUTES),
     "est_gp_async": False,
 }
+
+
+# ---- layout and training inputs ----------------------------------------------------------------
+# The specs the inputs describe; read on every run, so a subclass can stand in
+LAYOUT_SPEC: type[Layout] = Layout
+TRAINING_SPEC: type[Training] = Training
+# drawn by hand: dp follows from the GPU count, the loss kernel is the "in-place loss" switch
+HAND_DRAWN = frozenset({"dp", "cross_entropy"})
+# the page's rows (after the GPU count); the switches row ends with CUDA graphs and the loss
+ROWS = (
+    ("tp", "pp", "cp", "ep", "vpp"),
+    ("seq_len", "global_batch", "micro_batch", "recompute", "zero", "precision"),
+    ("recompute_modules",),
+    ("offload_layers",),
+    ("sequence_parallel", "overlap_tp_comm", "overlap_dp_grad_reduce", "overlap_ep_comm"),
+)
+LABELS = {
+    "seq_len": "seq len",
+    "global_batch": "global batch (sequences)",
+    "micro_batch": "micro-batch",
+    "zero": "ZeRO stage",
+    "recompute_modules": "selective recompute modules (Megatron-Core --recompute-modules)",
+    "offload_layers": "offload activations of this many layers to host memory",
+    "sequence_parallel": "sequence parallel",
+    "overlap_tp_comm": "overlap TP communication",
+    "overlap_dp_grad_reduce": "overlap DP gradient reduction",
+    "overlap_ep_comm": "overlap EP all-to-all",
+}
+KEYS = {
+    "sequence_parallel": "est_sp",
+    "overlap_tp_comm": "est_overlap_tp",
+    "overlap_dp_grad_reduce": "est_overlap_dp",
+    "overlap_ep_comm": "est_overlap_ep",
+}
+STEPS = {"seq_len": 1024}
+# inputs that apply only with some other values (hidden, they take the spec's default)
+SHOWN_WHEN: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "recompute_modules": lambda v: v["recompute"] == "selective",
+    "offload_layers": lambda v: v["recompute"] == "none" and v["pp"] == 1,
+}
+
+
+def spec_fields() -> dict[str, InputField]:
+    """The layout and training fields the page draws from the specs."""
+    fields = [*input_fields(LAYOUT_SPEC), *input_fields(TRAINING_SPEC)]
+    return {f.name: f for f in fields if f.name not in HAND_DRAWN}
+
+
+def widget_key(name: str) -> str:
+    """The session_state key of a field's widget."""
+    return KEYS.get(name, f"est_{name}")
+
+
+def field_defaults() -> dict[str, Any]:
+    """Widget key -> the spec's default (a multiselect starts from a list)."""
+    out = {}
+    for f in spec_fields().values():
+        value = list(f.default or ()) if f.kind == "list" else f.default
+        out[widget_key(f.name)] = value
+    return out
+
+
+def _choice_label(value: Any) -> str:
+    return "auto" if value is None else str(value)
+
+
+def field_widget(box: Any, field: InputField) -> Any:
+    """Draw ``field``'s widget in ``box`` (a column, an expander or ``st``); its value."""
+    label, key, tip = LABELS.get(field.name, field.name), widget_key(field.name), field.description
+    if field.kind == "bool":
+        return bool(box.checkbox(label, key=key, help=tip))
+    if field.kind == "choice":
+        options = (None, *field.choices) if field.optional else field.choices
+        return box.selectbox(label, options, key=key, help=tip, format_func=_choice_label)
+    if field.kind == "list":
+        return tuple(box.multiselect(label, field.choices, key=key, help=tip))
+    if field.kind == "str":
+        return box.text_input(label, key=key, help=tip) or (None if field.optional else "")
+    number = int if field.kind == "int" else float
+    value = box.number_input(
+        label,
+        min_value=None if field.minimum is None else number(field.minimum),
+        max_value=None if field.maximum is None else number(field.maximum),
+        step=number(STEPS.get(field.name, 1)),
+        key=key,
+        help=tip,
+    )
+    return None if value is None else number(value)
+
+
+def _draw(
+    fields: dict[str, InputField], names: tuple[str, ...], boxes: Any, values: dict[str, Any]
+) -> None:
+    """Draw the widgets of ``names`` in ``boxes`` (one each) and record their values; a field
+    hidden by :data:`SHOWN_WHEN` takes its default."""
+    for name, box in zip(names, boxes, strict=False):
+        if name not in fields:
+            continue
+        shown = SHOWN_WHEN.get(name)
+        if shown is not None and not shown(values):
+            values[name] = fields[name].default
+        else:
+            values[name] = field_widget(box, fields[name])
+
+
+def spec_inputs() -> tuple[int, dict[str, Any], bool]:
+    """The Layout section: the GPU count, every field's value (field -> value) and the
+    CUDA-graphs switch."""
+    fields = spec_fields()
+    values: dict[str, Any] = {}
+    cols = st.columns(6)
+    gpus = int(
+        cols[0].number_input("GPUs", min_value=1, max_value=1_000_000, step=1, key="est_gpus")
+    )
+    _draw(fields, ROWS[0], cols[1:], values)
+    _draw(fields, ROWS[1], st.columns(6), values)
+    _draw(fields, ROWS[2], [st], values)
+    _draw(fields, ROWS[3], [st], values)
+    cols = st.columns(6)
+    _draw(fields, ROWS[4], cols[:4], values)
+    cuda_graphs = cols[4].checkbox(
+        "CUDA graphs",
+        key="est_cuda_graphs",
+        help="kernels replayed from graphs: the host never holds the GPU back "
+        "(host overhead 0 instead of the profile's cost per framework op)",
+    )
+    in_place_loss = cols[5].checkbox(
+        "in-place loss",
+        key="est_in_place_loss",
+        help="online-softmax cross-entropy that writes the gradient into the logits "
+        "(Transformer Engine; Megatron --cross-entropy-fusion-impl te): logits memory 2 B "
+        "instead of 6 B per element",
+    )
+    values["cross_entropy"] = "in_place" if in_place_loss else "fp32_copy"
+    drawn = {name for row in ROWS for name in row}
+    rest = tuple(name for name in fields if name not in drawn)
+    if rest:
+        with st.expander("More layout and training settings"):
+            cols = st.columns(3)
+            for i, name in enumerate(rest):
+                _draw(fields, (name,), [cols[i % 3]], values)
+    return gpus, values, bool(cuda_graphs)
+
+
+def specs_from_inputs(values: dict[str, Any], dp: int) -> tuple[Layout, Training]:
+    """The Layout and Training of the inputs (a pydantic ValidationError when they are not
+    valid); vpp 1 is no interleaving, and switches that need tp > 1 or ep > 1 are off below."""
+    v = dict(values)
+    v["vpp"] = v["vpp"] if (v.get("vpp") or 1) > 1 else None
+    v["sequence_parallel"] = v["sequence_parallel"] and v["tp"] > 1
+    v["overlap_tp_comm"] = v["overlap_tp_comm"] and v["tp"] > 1
+    v["overlap_ep_comm"] = v["overlap_ep_comm"] and v["ep"] > 1
+    layout = LAYOUT_SPEC(**{k: x for k, x in v.items() if k in LAYOUT_SPEC.model_fields}, dp=dp)
+    training = TRAINING_SPEC(**{k: x for k, x in v.items() if k in TRAINING_SPEC.model_fields})
+    return layout, training
 
 
 # ---- goodput ------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import streamlit as st
 import planner
 from app_pages import charts
 from app_pages import common as c
+from planner.cli.search import breakdown_differences, entry, gpu_counts, setting_differences
 from planner.errors import PlannerError
 from planner.render import objective_text
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports
-from planner.search_cmd import breakdown_differences, entry, gpu_counts, setting_differences
 
 OBJECTIVES = {
     "tokens_per_s": "tokens/s (fastest)",

@@ -19,7 +19,8 @@ import argparse
 import statistics
 
 import planner
-from planner.calibrate_cmds import closed_loop, run_calibration
+from planner.cli.calibrate import run_calibration
+from planner.cli.closed_loop import closed_loop
 
 TARGET_PCT = {("cpu", 1): 20.0, ("cpu", 2): 30.0, ("cuda", 1): 10.0}
 

@@ -8,6 +8,11 @@
 >>> report = planner.simulate(model, cluster, layout, training)
 >>> report.tokens_per_s_per_gpu > 0
 True
+
+The public API is re-exported here: the specs and their loaders, ``simulate``, ``check_layout``,
+``search`` and ``legal_layouts``. The levers and goodput live in ``planner.advise`` and
+``planner.goodput`` (a function of the same name here would hide the module); the command line
+in ``planner.cli``.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ def simulate(
 
 
 # ``planner.search`` is the search subpackage, callable as ``planner.search(...)``
-from planner.search import SearchResult  # noqa: E402
+from planner.search import SearchResult, legal_layouts  # noqa: E402
 
 __all__ = [
     "MFU_CONVENTION",
@@ -81,15 +86,16 @@ __all__ = [
     "Layout",
     "ModelSpec",
     "PlannerError",
+    "SearchResult",
     "StepReport",
     "Training",
     "check_layout",
     "default_profile",
+    "legal_layouts",
     "load_accelerator",
     "load_cluster",
     "load_model",
     "load_profile",
-    "SearchResult",
     "search",
     "simulate",
 ]

@@ -35,9 +35,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.calibrate_cmds import TORCH_HINT
 from planner.errors import PlannerError
 
+# how to install torch, for every command that needs it (planner trace, calibrate, closed-loop)
+TORCH_HINT = "pip install torch==2.13.0 && pip install -e '.[calibrate]'"
 DTYPES = ("bf16", "fp16", "fp32")
 InputKind = Literal["auto", "hidden", "tokens"]
 

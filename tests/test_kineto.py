@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import planner
-from planner import timeline_cmds
+from planner.cli import compare_trace
 from planner.errors import PlannerError
 from planner.kineto import (
     EXPOSURE_ORDER,
@@ -320,9 +320,9 @@ def _layout_file(tmp_path: Path, with_training: bool = True) -> Path:
 def _run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="planner")
     sub = parser.add_subparsers(dest="command", required=True)
-    timeline_cmds.add_parsers(sub)
+    compare_trace.add_parser(sub)
     args = parser.parse_args(argv)
-    return timeline_cmds.COMMANDS[args.command](args)
+    return compare_trace.run(args)
 
 
 def test_compare_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.app_cmd import app_command, config_options
 from planner.cli import main
+from planner.cli.app import app_command, config_options
 from planner.resources import (
     ACCELERATORS_DIR,
     APP_DIR,

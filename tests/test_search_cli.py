@@ -14,6 +14,7 @@ import yaml
 
 import planner
 from planner.cli import main
+from planner.cli.search import gpu_counts
 from planner.errors import PlannerError
 from planner.search.export import (
     layout_yaml,
@@ -22,7 +23,6 @@ from planner.search.export import (
     parse_layout_document,
     torchtitan_toml,
 )
-from planner.search_cmd import gpu_counts
 
 BASE = [
     "search",

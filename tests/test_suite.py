@@ -25,7 +25,7 @@ from calibration.samples import (  # noqa: E402
 )
 from calibration.suite import attention, collectives, gemm, memory, run, timing  # noqa: E402
 from calibration.suite.identify import identify_accelerator  # noqa: E402
-from planner import calibrate_cmds  # noqa: E402
+from planner.cli import calibrate as calibrate_cmds  # noqa: E402
 from planner.errors import PlannerError  # noqa: E402
 from planner.profile import profile_matches  # noqa: E402
 
@@ -370,7 +370,7 @@ def test_calibrate_profiles_name_their_device(monkeypatch: pytest.MonkeyPatch, t
 
     gpu_suite = _synthetic_suite(device="cuda", device_name="NVIDIA H200", memory_gib=139.8)
     monkeypatch.setattr(run, "run_suite", lambda **kw: gpu_suite)
-    monkeypatch.setattr(calibrate_cmds, "_require_torch", lambda: _fake_torch("NVIDIA H200", 139.8))
+    monkeypatch.setattr(calibrate_cmds, "require_torch", lambda: _fake_torch("NVIDIA H200", 139.8))
     out = tmp_path / "h200.json"
     assert main(["calibrate", "--device", "cuda", "--out", str(out)]) == 0
     h200 = planner.load_profile(out)

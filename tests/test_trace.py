@@ -388,7 +388,7 @@ def test_cli_text_and_bad_factory(capsys):
 def test_missing_torch_is_one_line_error():
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import planner.trace, planner.trace_cmd\n"
+        "import planner.trace, planner.cli.trace\n"
         "from planner.cli import main\n"
         f"sys.exit(main(['trace', {GPT_BLOCK + ':llama_block'!r}]))\n"
     )

@@ -5,15 +5,12 @@ collective, optimizer and idle time per step; the same step is simulated from ``
 ``--cluster`` and ``--layout`` (a layout YAML as written by ``planner search``); the table puts
 measured and predicted seconds per step side by side and lists where the real run loses time
 against the plan, largest gaps first. torch is not needed.
-
-``write_trace`` (planner/timeline.py) is re-exported for ``planner simulate --trace FILE``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -21,17 +18,15 @@ from rich.markup import escape
 from rich.table import Table
 
 import planner
+from planner.cli.common import CLUSTER_HELP, MODEL_HELP, add_profile_device_flag
+from planner.cli.common import console as stdout_console
 from planner.errors import PlannerError
-from planner.flags import add_profile_device_flag
 from planner.kineto import KinetoTrace, compare, load_kineto
 from planner.report import StepReport
 from planner.safe_io import dumps_strict
-from planner.timeline import build_timeline, write_trace
-
-__all__ = ["COMMANDS", "add_parsers", "build_timeline", "cmd_compare_trace", "write_trace"]
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``planner compare-trace`` on the ``planner`` argparse subparsers."""
     p = sub.add_parser(
         "compare-trace",
@@ -41,8 +36,8 @@ def add_parsers(sub: Any) -> None:
         "per step with the simulated step of the same layout.",
     )
     p.add_argument("trace", metavar="REAL.json", help="PyTorch profiler trace (.json/.json.gz)")
-    p.add_argument("--model", required=True, help="shipped model id or path to a model YAML")
-    p.add_argument("--cluster", required=True, help="shipped cluster id or path to a YAML")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
+    p.add_argument("--cluster", required=True, help=CLUSTER_HELP)
     p.add_argument(
         "--layout",
         required=True,
@@ -58,6 +53,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
     add_profile_device_flag(p)
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    return p
 
 
 def _simulate(args: argparse.Namespace) -> StepReport:
@@ -133,8 +129,8 @@ def render_comparison(
         )
 
 
-def cmd_compare_trace(args: argparse.Namespace) -> int:
-    """``planner compare-trace``: rich table (or JSON) of measured vs predicted per step."""
+def run(args: argparse.Namespace) -> int:
+    """Rich table (or JSON) of measured vs predicted per step."""
     trace = load_kineto(args.trace)
     steps = trace.resolve_steps(args.steps)
     report = _simulate(args)
@@ -151,9 +147,5 @@ def cmd_compare_trace(args: argparse.Namespace) -> int:
         }
         sys.stdout.write(dumps_strict(out) + "\n")
     else:
-        console = Console(width=None if sys.stdout.isatty() else 160)
-        render_comparison(console, trace, report, rows, steps)
+        render_comparison(stdout_console(), trace, report, rows, steps)
     return 0
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"compare-trace": cmd_compare_trace}

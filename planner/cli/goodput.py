@@ -1,23 +1,22 @@
-"""``planner goodput`` and ``planner advise``: checkpoint/failure goodput and ranked levers.
+"""``planner goodput``: checkpoint size and interval, failures, goodput and effective MFU of a
+layout (planner/goodput.py).
 
-Both take the layout and training flags of ``planner simulate`` (or ``--layout FILE``), simulate
-the layout, and print rich tables or, with ``--json``, machine-readable output with the units in
-the key names. ``planner.cli`` registers them through :func:`add_parsers` and :data:`COMMANDS`.
+Takes the layout and training flags of ``planner simulate`` (or ``--layout FILE``) and prints rich
+tables or, with ``--json``, machine-readable output with the units in the key names.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import planner
-from planner.advise import Lever, advise
+from planner.cli.common import console as stdout_console
+from planner.cli.common import json_out
+from planner.cli.inputs import add_layout_flags, inputs_line, simulate_baseline
 from planner.goodput import (
     DEFAULT_MTBF_HOURS_PER_GPU,
     DEFAULT_RESTART_MINUTES,
@@ -28,23 +27,10 @@ from planner.goodput import (
     GoodputSettings,
     goodput,
 )
-from planner.report import StepReport
-from planner.safe_io import dumps_strict
-from planner.specs.hardware import Cluster
-from planner.specs.layout import Layout, Training
-from planner.specs.model import ModelSpec
 
 
-def _add_layout_flags(p: argparse.ArgumentParser) -> None:
-    """``planner simulate``'s model, cluster, layout and training flags, and --json."""
-    from planner.cli import add_layout_flags
-
-    add_layout_flags(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def add_parsers(sub: Any) -> None:
-    """Register ``planner goodput`` and ``planner advise`` on the argparse subparsers."""
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``planner goodput`` on the ``planner`` argparse subparsers."""
     g = sub.add_parser(
         "goodput",
         help="checkpoint size, optimal interval, failures and effective MFU",
@@ -52,7 +38,8 @@ def add_parsers(sub: Any) -> None:
         "work and restart time per failure, and the effective training time ratio and MFU of "
         "a layout. Defaults are cited in docs/goodput.md; every one is a flag.",
     )
-    _add_layout_flags(g)
+    add_layout_flags(g)
+    g.add_argument("--json", action="store_true", help="print the result as JSON")
     g.add_argument(
         "--mtbf-hours-per-gpu",
         type=float,
@@ -100,45 +87,7 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help="evaluate this interval instead of the Daly optimum",
     )
-
-    a = sub.add_parser(
-        "advise",
-        help="rank the levers (interleaving, SP, recompute, overlap, fp8, ...) of a layout",
-        description="Re-simulate the layout with each single lever changed and rank the levers "
-        "by predicted tokens/s gain (those that fit in memory first), with their memory cost.",
-    )
-    _add_layout_flags(a)
-    a.add_argument(
-        "--all",
-        action="store_true",
-        help="also list levers that are illegal or unavailable here, with the reason",
-    )
-
-
-def _inputs(
-    args: argparse.Namespace,
-) -> tuple[ModelSpec, Cluster, Layout, Training, Any, StepReport]:
-    """Model, cluster, layout, training, profile and the baseline StepReport from the flags."""
-    from planner.cli import _simulate_inputs, run_profile  # lazy: cli imports this module
-
-    model = planner.load_model(args.model)
-    cluster = planner.load_cluster(args.cluster)
-    gpus, layout, training = _simulate_inputs(args)
-    planner.check_layout(model, cluster, layout, training, gpus=gpus)
-    profile = run_profile(args, cluster)
-    report = planner.simulate(
-        model, cluster, layout, training, profile, args.profile_for_any_device
-    )
-    return model, cluster, layout, training, profile, report
-
-
-def _console() -> Console:
-    """A console on stdout; 160 columns when not a terminal (pipes, tests)."""
-    return Console(width=None if sys.stdout.isatty() else 160)
-
-
-def _json_out(data: Any) -> None:
-    sys.stdout.write(dumps_strict(data) + "\n")
+    return g
 
 
 def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
@@ -148,16 +97,6 @@ def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
     for key, value in rows:
         table.add_row(escape(key), escape(value))
     return table
-
-
-def _inputs_line(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training) -> str:
-    from planner.render import compact_layout
-
-    return (
-        f"{model.name} on {layout.world_size} x {cluster.accelerator.name} ({cluster.id}): "
-        f"{compact_layout(layout, training)}, seq {training.seq_len}, "
-        f"global batch {training.global_batch}"
-    )
 
 
 def render_goodput(console: Console, g: GoodputReport, title: str = "") -> None:
@@ -233,8 +172,8 @@ def render_goodput(console: Console, g: GoodputReport, title: str = "") -> None:
         console.print(f"[dim]- {escape(line)}[/dim]")
 
 
-def cmd_goodput(args: argparse.Namespace) -> int:
-    """``planner goodput``: the goodput tables, or JSON."""
+def run(args: argparse.Namespace) -> int:
+    """The goodput tables, or JSON."""
     settings = GoodputSettings(
         mtbf_hours_per_gpu=args.mtbf_hours_per_gpu,
         checkpoint_write_gb_per_s=args.checkpoint_write_gbps,
@@ -244,7 +183,7 @@ def cmd_goodput(args: argparse.Namespace) -> int:
         snapshot_gb_per_s=args.snapshot_gbps,
         checkpoint_interval_minutes=args.checkpoint_interval_minutes,
     )
-    model, cluster, layout, training, _, report = _inputs(args)
+    model, cluster, layout, training, _, report = simulate_baseline(args)
     g = goodput(model, cluster, layout, training, report, settings)
     if args.json:
         out = g.to_dict()
@@ -254,103 +193,7 @@ def cmd_goodput(args: argparse.Namespace) -> int:
             layout=layout.model_dump(mode="json"),
             training=training.model_dump(mode="json"),
         )
-        _json_out(out)
+        json_out(out)
     else:
-        render_goodput(_console(), g, _inputs_line(model, cluster, layout, training))
+        render_goodput(stdout_console(), g, inputs_line(model, cluster, layout, training))
     return 0
-
-
-def _signed(value: float | None, digits: int = 2, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:+,.{digits}f}{suffix}"
-
-
-def render_advice(console: Console, base: StepReport, levers: list[Lever], title: str = "") -> None:
-    """The baseline line and the ranked lever table."""
-    if title:
-        console.print(escape(title))
-    console.print(
-        f"baseline: {base.tokens_per_s:,.0f} tokens/s, step {base.step_time_s:,.2f} s, "
-        f"MFU {base.mfu_pct:,.1f} %, peak {base.peak_memory_gib:,.1f} / "
-        f"{base.usable_memory_gib:,.1f} GiB ({'fits' if base.fits else 'does NOT fit'})"
-    )
-    table = Table(title="Levers (fitting first, then by gain)", title_justify="left")
-    for col, justify in (
-        ("#", "right"),
-        ("lever", "left"),
-        ("tokens/s", "right"),
-        ("gain", "right"),
-        ("Δ step s", "right"),
-        ("peak GiB", "right"),
-        ("Δ peak GiB", "right"),
-        ("fits", "center"),
-        ("change", "left"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for i, lv in enumerate(levers, 1):
-        if not lv.applicable:
-            table.add_row(
-                str(i), escape(lv.name), "-", "-", "-", "-", "-", "n/a", escape(lv.reason)
-            )
-            continue
-        table.add_row(
-            str(i),
-            escape(lv.name),
-            f"{lv.tokens_per_s:,.0f}",
-            _signed(lv.gain_pct, 1, " %"),
-            _signed(lv.step_time_change_s),
-            f"{lv.peak_memory_gib:,.1f}",
-            _signed(lv.memory_change_gib, 1),
-            "yes" if lv.fits else "[red]no[/red]",
-            escape(lv.description),
-        )
-    console.print(table)
-
-
-def cmd_advise(args: argparse.Namespace) -> int:
-    """``planner advise``: the ranked lever table, or JSON."""
-    model, cluster, layout, training, profile, report = _inputs(args)
-    levers = advise(
-        model,
-        cluster,
-        layout,
-        training,
-        profile,
-        include_unavailable=args.all,
-        baseline=report,
-    )
-    if args.json:
-        _json_out(
-            {
-                "model": model.name,
-                "cluster": cluster.id,
-                "layout": layout.model_dump(mode="json"),
-                "training": training.model_dump(mode="json"),
-                "baseline": {
-                    "tokens_per_s": report.tokens_per_s,
-                    "step_time_s": report.step_time_s,
-                    "mfu_pct": report.mfu_pct,
-                    "peak_memory_gib": report.peak_memory_gib,
-                    "usable_memory_gib": report.usable_memory_gib,
-                    "fits": report.fits,
-                },
-                "levers": [lv.to_dict() for lv in levers],
-            }
-        )
-    else:
-        render_advice(_console(), report, levers, _inputs_line(model, cluster, layout, training))
-    return 0
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "goodput": cmd_goodput,
-    "advise": cmd_advise,
-}
-
-__all__ = [
-    "COMMANDS",
-    "add_parsers",
-    "cmd_advise",
-    "cmd_goodput",
-    "render_advice",
-    "render_goodput",
-]

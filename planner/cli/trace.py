@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from planner.cli.common import console as stdout_console
 from planner.errors import PlannerError
 from planner.safe_io import dumps_strict
 from planner.trace import (
@@ -31,7 +31,7 @@ MIB = 2**20
 TOP_OPS = 10
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``planner trace`` on the ``planner`` argparse subparsers."""
     p = sub.add_parser(
         "trace",
@@ -62,14 +62,15 @@ def add_parsers(sub: Any) -> None:
         help="shipped model id or YAML: print its analytic per-layer figures and the differences",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
 
 
 def _pct(value: float | None) -> str:
     return "" if value is None else f"{value:+.2f}%"
 
 
-def cmd_trace(args: argparse.Namespace) -> int:
-    """``planner trace``: print the traced figures (and the analytic comparison)."""
+def run(args: argparse.Namespace) -> int:
+    """Print the traced figures (and the analytic comparison)."""
     if args.seq_len <= 0:
         raise PlannerError("--seq-len", f"seq_len={args.seq_len}", "an integer >= 1")
     if args.batch <= 0:
@@ -87,8 +88,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             out["compare"] = comparison
         sys.stdout.write(dumps_strict(out) + "\n")
         return 0
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    _render(console, args.factory, traced, per_token, comparison)
+    _render(stdout_console(), args.factory, traced, per_token, comparison)
     return 0
 
 
@@ -150,6 +150,3 @@ def _render(
             )
     for note in traced.notes:
         console.print(f"note: {note}")
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"trace": cmd_trace}

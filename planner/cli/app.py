@@ -18,8 +18,8 @@ from planner.errors import PlannerError
 from planner.resources import APP_DIR
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``app`` on the ``planner`` argparse subparsers."""
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``planner app`` on the ``planner`` argparse subparsers."""
     p = sub.add_parser(
         "app",
         help="start the web app (needs the app extra: pip install 'scaling-planner[app]')",
@@ -33,6 +33,7 @@ def add_parsers(sub: Any) -> None:
         help="print the streamlit command instead of running it",
     )
     p.add_argument("streamlit_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return p
 
 
 def config_options() -> list[str]:
@@ -68,13 +69,10 @@ def app_command(port: int | None = None, extra: list[str] | None = None) -> list
     return argv + [a for a in (extra or []) if a != "--"]
 
 
-def cmd_app(args: argparse.Namespace) -> int:
-    """``planner app``: run streamlit on the shipped app until it is stopped."""
+def run(args: argparse.Namespace) -> int:
+    """Run streamlit on the shipped app until it is stopped."""
     argv = app_command(args.port, args.streamlit_args)
     if args.print_command:
         sys.stdout.write(" ".join(argv) + "\n")
         return 0
     return subprocess.call(argv, cwd=str(APP_DIR))
-
-
-COMMANDS = {"app": cmd_app}

@@ -16,8 +16,8 @@ from planner.errors import PlannerError
 from planner.hf_import import load_hf_config, spec_from_hf_config, to_yaml
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``import-hf`` on the ``planner`` argparse subparsers."""
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``planner import-hf`` on the ``planner`` argparse subparsers."""
     p = sub.add_parser(
         "import-hf",
         help="convert a Hugging Face config.json into a model YAML",
@@ -39,6 +39,7 @@ def add_parsers(sub: Any) -> None:
         help="what to cite in sources (e.g. the HF repo id; default: the config path)",
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing -o file")
+    return p
 
 
 def _summary(out: TextIO, notes: list[str], total: int, active: int) -> None:
@@ -50,8 +51,8 @@ def _summary(out: TextIO, notes: list[str], total: int, active: int) -> None:
     out.write(line + "\n")
 
 
-def cmd_import_hf(args: argparse.Namespace) -> int:
-    """``planner import-hf``: convert, then print or write the YAML and the summary."""
+def run(args: argparse.Namespace) -> int:
+    """Convert, then print or write the YAML and the summary."""
     config = load_hf_config(args.config)
     stem = Path(args.out if args.out else args.config).stem
     name = args.name or (stem.lower() if stem != "config" else None)
@@ -73,6 +74,3 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     sys.stdout.write(f"wrote {out}\n")
     _summary(sys.stdout, notes, total, active)
     return 0
-
-
-COMMANDS = {"import-hf": cmd_import_hf}

@@ -2,7 +2,8 @@
 
 Thin by design: parse flags, call :func:`planner.search.search`, render (planner/render.py) or
 print JSON, and write the winner's exports (planner/search/export.py). Every bad input is a
-PlannerError, printed by ``planner.cli.main`` as one ``error:`` line with exit status 2.
+PlannerError, printed by ``planner.cli.main`` as one ``error:`` line with exit status 2. The
+choices of ``--precision`` and ``--cross-entropy`` are those of the ``Training`` fields.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 from rich.console import Console
 
 import planner
+from planner.cli.common import CLUSTER_HELP, MODEL_HELP, add_profile_device_flag, console
+from planner.cli.fields import input_fields
 from planner.errors import PlannerError
-from planner.flags import add_profile_device_flag
 from planner.profile import check_profile_device
 from planner.report import TIME_CATEGORIES
 from planner.safe_io import dumps_strict
@@ -25,14 +27,19 @@ from planner.search import METHODS, SearchResult, search
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports, write_exports
 from planner.specs.hardware import Cluster
-from planner.specs.layout import CROSS_ENTROPY_KINDS
+from planner.specs.layout import Training
 from planner.specs.model import ModelSpec
 
 OBJECTIVES = ("tokens_per_s", "cost", "time_to_train")
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
 
 
-def add_parser(sub: Any) -> None:
+def _choices(field: str) -> tuple[str, ...]:
+    """The values a ``Training`` field allows."""
+    return next(f.choices for f in input_fields(Training) if f.name == field)
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``planner search`` on the ``planner`` argparse subparsers."""
     p = sub.add_parser(
         "search",
@@ -40,8 +47,8 @@ def add_parser(sub: Any) -> None:
         description="Enumerate or sample legal parallel layouts of a model on a cluster, rank "
         "them by an objective, explain the winner and export it for Megatron-LM or torchtitan.",
     )
-    p.add_argument("--model", required=True, help="shipped model id or path to a model YAML")
-    p.add_argument("--cluster", required=True, help="shipped cluster id or path to a YAML")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
+    p.add_argument("--cluster", required=True, help=CLUSTER_HELP)
     p.add_argument("--gpus", type=int, required=True, help="GPU count (smallest with --gpus-max)")
     p.add_argument(
         "--gpus-max",
@@ -52,10 +59,10 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
     p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
-    p.add_argument("--precision", choices=("bf16", "fp16", "fp8", "fp32"), default="bf16")
+    p.add_argument("--precision", choices=_choices("precision"), default="bf16")
     p.add_argument(
         "--cross-entropy",
-        choices=CROSS_ENTROPY_KINDS,
+        choices=_choices("cross_entropy"),
         default="fp32_copy",
         help="loss kernel of every candidate (see planner simulate --help)",
     )
@@ -108,6 +115,7 @@ def add_parser(sub: Any) -> None:
         help="write layout.yaml, megatron_args.txt and torchtitan.toml of the winner here",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
 
 
 def gpu_counts(first: int, last: int | None, domain: int) -> tuple[int, ...]:
@@ -272,7 +280,7 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
     return model, cluster, result
 
 
-def cmd_search(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """``planner search``: ranking, why the winner wins, Pareto fronts and exports."""
     from planner.render import render_search
 
@@ -303,9 +311,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             out["export_files"] = [str(p) for p in paths]
         sys.stdout.write(dumps_strict(out) + "\n")  # a non-finite figure is an error, not NaN
         return 0
-    console = Console(width=None if sys.stdout.isatty() else 160)
     render_search(
-        console,
+        console(),
         result,
         model,
         cluster,
@@ -319,4 +326,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parser", "breakdown_differences", "cmd_search", "gpu_counts", "run_search"]
+__all__ = [
+    "add_parser",
+    "breakdown_differences",
+    "entry",
+    "gpu_counts",
+    "run",
+    "run_search",
+    "setting_differences",
+]

@@ -1,13 +1,12 @@
-"""``planner calibrate`` and ``planner closed-loop``: the torch side of the CLI (lazy imports).
+"""``planner calibrate``: run the torch microbenchmark suite and fit a calibration profile.
 
-The simulator, search and app never import torch; these two commands do, and say how to
+The simulator, search and app never import torch; this command does (lazily), and says how to
 install it when it is missing.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,11 @@ from typing import Any
 import planner
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
+from planner.trace import TORCH_HINT
 
-TORCH_HINT = "pip install torch==2.13.0 && pip install -e '.[calibrate]'"
 
-
-def _require_torch() -> Any:
+def require_torch() -> Any:
+    """The torch module, or a PlannerError saying how to install it."""
     try:
         import torch
     except ImportError:
@@ -27,8 +26,8 @@ def _require_torch() -> Any:
     return torch
 
 
-def add_parsers(sub: Any) -> None:
-    """Register the two subcommands on the ``planner`` argparse subparsers."""
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``planner calibrate`` on the ``planner`` argparse subparsers."""
     c = sub.add_parser(
         "calibrate",
         help="measure GEMM, attention, memory and collectives",
@@ -46,24 +45,7 @@ def add_parsers(sub: Any) -> None:
     c.add_argument("--id", default=None, help="profile id (default: from the device)")
     c.add_argument("--out", default="profile.json", help="where to write the profile JSON")
     c.add_argument("--samples-out", default=None, help="also write the raw samples JSON")
-
-    cl = sub.add_parser(
-        "closed-loop",
-        help="train a real torch GPT and compare with prediction",
-        description="Measure real training steps of a shipped model and "
-        "compare with the simulator's prediction of the same step.",
-    )
-    cl.add_argument("--model", default="gpt-tiny", help="shipped dense model id or YAML path")
-    cl.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    cl.add_argument("--ddp", type=int, default=1, help="DDP processes (gloo on CPU)")
-    cl.add_argument("--seq-len", type=int, default=512)
-    cl.add_argument("--micro-batch", type=int, default=4)
-    cl.add_argument("--steps", type=int, default=6, help="timed training steps")
-    cl.add_argument(
-        "--profile", default=None, help="profile JSON (default: run the quick suite now)"
-    )
-    cl.add_argument("--cluster", default="dgx-h200", help="cluster for --device cuda")
-    cl.add_argument("--json", action="store_true")
+    return c
 
 
 def _progress_bar() -> tuple[Any, Any]:
@@ -90,7 +72,7 @@ def run_calibration(
     device is (:func:`calibration.suite.identify.identify_accelerator`), else the device's
     name; on a CPU the CPU's name. ``metadata`` records the device name and kind, the torch
     and CUDA versions and how the accelerator was chosen."""
-    torch = _require_torch()
+    torch = require_torch()
     from calibration.fit_measured import fit_profile
     from calibration.suite.run import SuiteDeviceError, run_suite
 
@@ -153,8 +135,8 @@ def accelerator_for(torch: Any, device: str, given: str | None) -> tuple[str | N
     return None, f"not a shipped accelerator ({seen}): the device name"
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    """``planner calibrate``: write a measured profile (and optionally the raw samples)."""
+def run(args: argparse.Namespace) -> int:
+    """Write a measured profile (and optionally the raw samples)."""
     if args.ranks < 2:
         raise PlannerError("--ranks", f"ranks={args.ranks}", "2 or more")
     profile, suite = run_calibration(args.device, args.quick, args.ranks, args.accelerator, args.id)
@@ -171,111 +153,3 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         f"{len(profile.collectives)} collective fits\n"
     )
     return 0
-
-
-def closed_loop(
-    model_id: str,
-    device: str,
-    ddp: int,
-    seq_len: int,
-    micro_batch: int,
-    steps: int,
-    profile: CalibrationProfile | None,
-    cluster_id: str = "dgx-h200",
-) -> dict:
-    """Measure real steps, predict the same step, and compare (the acceptance test)."""
-    _require_torch()
-    from calibration.closed_loop.train import measure_ddp_step, measure_training_step
-    from calibration.measured_cluster import measured_cluster
-    from planner.simulate import simulate_step
-
-    if ddp < 1:
-        raise PlannerError("--ddp", f"ddp={ddp}", "1 or more")
-    model = planner.load_model(model_id)
-    if model.moe or model.mla:
-        raise PlannerError("--model", "closed loop builds dense GPTs only", "a dense model")
-    if profile is None:
-        profile, _ = run_calibration(device, True, max(2, ddp), None, f"{device}-measured")
-    if ddp > 1:
-        measured = measure_ddp_step(
-            model,
-            world_size=ddp,
-            seq_len=seq_len,
-            micro_batch=micro_batch,
-            steps=steps,
-            device=device,
-        )
-    else:
-        measured = measure_training_step(
-            model, seq_len=seq_len, micro_batch=micro_batch, steps=steps, device=device
-        )
-    if device == "cpu":
-        cluster = measured_cluster(_per_rank(profile, ddp), ranks=ddp)
-        precision = "fp32"
-    else:
-        cluster = planner.load_cluster(cluster_id)
-        precision = "bf16"
-    layout = planner.Layout(dp=ddp)
-    training = planner.Training(
-        seq_len=seq_len,
-        micro_batch=micro_batch,
-        global_batch=micro_batch * ddp,
-        precision=precision,
-    )
-    report = simulate_step(model, cluster, layout, training, _per_rank(profile, ddp))
-    pred, meas = report.step_time_s, measured["median_step_s"]
-    return {
-        "measured_step_s": meas,
-        "predicted_step_s": pred,
-        "error_pct": (pred - meas) / meas * 100.0,
-        "device": measured.get("device", device),
-        "profile": profile.id,
-        "ddp": ddp,
-        "model": model.name,
-        "predicted_breakdown_s": report.time_breakdown_s,
-        "measured_step_times_s": measured.get("step_times_s"),
-    }
-
-
-def _per_rank(profile: CalibrationProfile, ranks: int) -> CalibrationProfile:
-    """On a CPU host, ``ranks`` processes split the cores and the memory bandwidth the suite
-    measured with all of them: scale the measured peaks and bandwidth per process."""
-    dev = profile.device
-    if dev is None or dev.kind != "cpu" or ranks <= 1:
-        return profile
-    share = 1.0 / ranks
-    scaled = dev.model_copy(
-        update={
-            "peak_tflops": {k: v * share for k, v in dev.peak_tflops.items()},
-            "memory_bandwidth_gb_per_s": dev.memory_bandwidth_gb_per_s * share,
-        }
-    )
-    return profile.model_copy(update={"device": scaled})
-
-
-def cmd_closed_loop(args: argparse.Namespace) -> int:
-    """``planner closed-loop``: print measured vs predicted step time."""
-    profile = planner.load_profile(args.profile) if args.profile else None
-    out = closed_loop(
-        args.model,
-        args.device,
-        args.ddp,
-        args.seq_len,
-        args.micro_batch,
-        args.steps,
-        profile,
-        args.cluster,
-    )
-    if args.json:
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
-    else:
-        sys.stdout.write(
-            f"{out['model']} on {out['device']} (ddp {out['ddp']}): measured "
-            f"{out['measured_step_s'] * 1e3:.1f} ms/step, predicted "
-            f"{out['predicted_step_s'] * 1e3:.1f} ms/step, error {out['error_pct']:+.1f}% "
-            f"(profile {out['profile']})\n"
-        )
-    return 0
-
-
-COMMANDS = {"calibrate": cmd_calibrate, "closed-loop": cmd_closed_loop}

@@ -1,0 +1,188 @@
+"""The model, cluster, layout, training and profile flags of ``simulate``, ``goodput`` and
+``advise``, and the specs they describe.
+
+The layout and training flags are generated from the fields of :data:`LAYOUT_SPEC` and
+:data:`TRAINING_SPEC` (planner/cli/fields.py): a field added to ``Layout`` or ``Training`` is a
+flag, with its choices, bounds, default and description, without an edit here. What is written
+by hand is what is not a field (``--gpus``, ``--layout FILE``, ``--profile``, ``--host-op-us``),
+``--dp`` (its default is derived from ``--gpus``), and the names some flags had before they were
+generated (:data:`LEGACY_FLAGS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import planner
+from planner.cli.common import (
+    CLUSTER_HELP,
+    MODEL_HELP,
+    add_profile_device_flag,
+    build_spec,
+)
+from planner.cli.fields import add_field_flags, field_values
+from planner.errors import PlannerError
+from planner.profile import CalibrationProfile, check_profile_device
+from planner.report import StepReport
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+# The specs the flags describe; read when a parser is built, so a subclass can stand in
+LAYOUT_SPEC: type[Layout] = Layout
+TRAINING_SPEC: type[Training] = Training
+
+# field -> the flag it had before flags were generated (a new field gets --field-name)
+LEGACY_FLAGS = {
+    "overlap_dp_grad_reduce": "--no-overlap-dp",
+    "overlap_tp_comm": "--overlap-tp",
+    "overlap_zero3_param_gather": "--no-overlap-zero3",
+    "overlap_ep_comm": "--overlap-ep",
+}
+# help of the fields the specs do not describe yet (a spec description takes precedence)
+FALLBACK_HELP = {
+    "sequence_parallel": "Megatron sequence parallel",
+    "overlap_dp_grad_reduce": "do not overlap the DP gradient reduction with backward",
+    "overlap_tp_comm": "overlap TP communication",
+    "overlap_zero3_param_gather": "do not overlap the ZeRO-3 parameter all-gather",
+    "recompute": "activation recomputation",
+    "precision": "training precision",
+}
+# the command line's defaults where the spec has none (global_batch stays required)
+TRAINING_DEFAULTS = {"seq_len": 4096}
+
+
+def _add_dp_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dp", type=int, default=None, help="data parallel size (default: gpus / (tp*pp*cp))"
+    )
+
+
+def add_layout_flags(p: argparse.ArgumentParser) -> None:
+    """The model, cluster, layout, training and profile flags shared by ``simulate``,
+    ``goodput`` and ``advise`` (read back by :func:`simulate_inputs`)."""
+    p.add_argument("--model", required=True, help=MODEL_HELP)
+    p.add_argument("--cluster", required=True, help=CLUSTER_HELP)
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="total GPUs of the job (required unless --layout FILE gives it)",
+    )
+    add_field_flags(
+        p, LAYOUT_SPEC, flags=LEGACY_FLAGS, helps=FALLBACK_HELP, custom={"dp": _add_dp_flag}
+    )
+    add_field_flags(
+        p, TRAINING_SPEC, flags=LEGACY_FLAGS, helps=FALLBACK_HELP, defaults=TRAINING_DEFAULTS
+    )
+    p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
+    add_profile_device_flag(p)
+    p.add_argument(
+        "--host-op-us",
+        type=float,
+        default=None,
+        help="host time per framework op, us (overrides the profile's host.op_us; 0 for CUDA "
+        "graphs or a compiled step, where the host never binds)",
+    )
+    p.add_argument(
+        "--layout",
+        metavar="FILE",
+        default=None,
+        help="layout YAML (as written by planner search): its layout and training replace the "
+        "layout and training flags; its gpus are used unless --gpus is given",
+    )
+
+
+def derive_dp(args: argparse.Namespace) -> int:
+    """Explicit --dp, else gpus / (tp*pp*cp), which must be a positive integer."""
+    if args.gpus <= 0:
+        raise PlannerError("gpus", f"gpus={args.gpus} must be positive", "an integer >= 1")
+    if args.dp is not None:
+        return args.dp
+    denom = args.tp * args.pp * args.cp
+    if denom <= 0:
+        return 0  # Layout validation names the non-positive factor
+    if args.gpus % denom:
+        raise PlannerError(
+            "layout.dp",
+            f"gpus={args.gpus} is not divisible by tp*pp*cp = "
+            f"{args.tp}*{args.pp}*{args.cp} = {denom}",
+            "--gpus a multiple of tp*pp*cp, or an explicit --dp",
+        )
+    return args.gpus // denom
+
+
+def layout_from_flags(args: argparse.Namespace) -> Layout:
+    """The Layout the layout flags describe."""
+    values = field_values(args, LAYOUT_SPEC) | {"dp": derive_dp(args)}
+    return build_spec(LAYOUT_SPEC, "layout", **values)
+
+
+def training_from_flags(args: argparse.Namespace) -> Training:
+    """The Training the training flags describe; --global-batch is required."""
+    if args.global_batch is None:
+        raise PlannerError(
+            "--global-batch",
+            "required (or a --layout FILE with a training section)",
+            "an integer >= 1",
+        )
+    return build_spec(TRAINING_SPEC, "training", **field_values(args, TRAINING_SPEC))
+
+
+def simulate_inputs(args: argparse.Namespace) -> tuple[int, Layout, Training]:
+    """(gpus, layout, training) from --layout FILE or from the flags."""
+    if args.layout is None:
+        if args.gpus is None:
+            raise PlannerError("--gpus", "required (or --layout FILE)", "an integer >= 1")
+        return args.gpus, layout_from_flags(args), training_from_flags(args)
+    from planner.search.export import load_layout_file
+
+    layout, training, file_gpus = load_layout_file(args.layout)
+    gpus = args.gpus if args.gpus is not None else (file_gpus or layout.world_size)
+    if gpus <= 0:
+        raise PlannerError("gpus", f"gpus={gpus} must be positive", "an integer >= 1")
+    return gpus, layout, training if training is not None else training_from_flags(args)
+
+
+def load_profile_flag(id_or_path: str | None) -> CalibrationProfile | None:
+    """The profile --profile names, or None."""
+    return planner.load_profile(id_or_path) if id_or_path else None
+
+
+def run_profile(args: argparse.Namespace, cluster: Cluster) -> CalibrationProfile:
+    """The profile of a simulate-like command: --profile (else the cluster's default), with
+    --host-op-us applied."""
+    profile = load_profile_flag(args.profile) or planner.default_profile(cluster)
+    check_profile_device(profile, cluster, getattr(args, "profile_for_any_device", False))
+    host_us = getattr(args, "host_op_us", None)
+    if host_us is None:
+        return profile
+    if not 0 <= host_us <= 1000:
+        raise PlannerError("--host-op-us", f"{host_us} is out of range", "0 to 1000 (us)")
+    return profile.with_host_op_us(host_us)
+
+
+def simulate_baseline(
+    args: argparse.Namespace,
+) -> tuple[ModelSpec, Cluster, Layout, Training, CalibrationProfile, StepReport]:
+    """Model, cluster, layout, training, profile and the StepReport the flags describe."""
+    model = planner.load_model(args.model)
+    cluster = planner.load_cluster(args.cluster)
+    gpus, layout, training = simulate_inputs(args)
+    planner.check_layout(model, cluster, layout, training, gpus=gpus)
+    profile = run_profile(args, cluster)
+    report = planner.simulate(
+        model, cluster, layout, training, profile, args.profile_for_any_device
+    )
+    return model, cluster, layout, training, profile, report
+
+
+def inputs_line(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training) -> str:
+    """'<model> on <N> x <GPU> (<cluster>): <layout>, seq S, global batch B'."""
+    from planner.render import compact_layout
+
+    return (
+        f"{model.name} on {layout.world_size} x {cluster.accelerator.name} ({cluster.id}): "
+        f"{compact_layout(layout, training)}, seq {training.seq_len}, "
+        f"global batch {training.global_batch}"
+    )
