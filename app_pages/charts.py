@@ -1,25 +1,26 @@
 """Plotly figure builders of the web app (every axis names its unit).
 
-The pipeline timeline is schematic: :func:`pipeline_blocks` lays out a 1F1B (or interleaved
-1F1B) schedule of uniform stages whose per-micro-batch forward, backward and communication
-times are derived from a StepReport's totals, not from a second simulator.
+The pipeline timeline is a view of the report's step plan (planner/plan.py):
+:func:`pipeline_timeline` runs the layout's schedule (planner/schedules/) on each stage's own
+forward, input-gradient and weight-gradient costs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly import colors as px_colors
 
+from planner.plan import PassCosts, StepPlan
 from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
-from planner.timeline import run_schedule, stage_order
 
 COLORS = {
     "forward": "#4C78A8",
     "backward": "#F58518",
+    "weight": "#EECA3B",
     "communication": "#B279A2",
     "bubble": "#D0D0D0",
     "dp_comm": "#54A24B",
@@ -47,7 +48,7 @@ CATEGORY_LABELS = {
     "logits": "logits",
     "overhead": "overhead",
 }
-COMM_CATEGORIES = ("tp_comm", "cp_comm", "ep_comm", "pp_comm")
+COMM_CATEGORIES = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
 MAX_PIPELINE_OPS = 3000  # forward + backward blocks drawn before the steady state is shortened
 MAX_DRAWN_STAGES = 32  # deeper pipelines are not drawn (2 pp^2 ops at least; unreadable anyway)
 
@@ -145,7 +146,7 @@ class Block:
     """One bar of the timeline: a stage is busy (or idle) from ``start_s`` for ``dur_s``."""
 
     stage: int
-    kind: str  # forward | backward | communication | bubble | dp_comm | optimizer
+    kind: str  # forward | backward | weight | communication | bubble | dp_comm | optimizer
     start_s: float
     dur_s: float
     label: str = ""
@@ -153,121 +154,130 @@ class Block:
 
 @dataclass(frozen=True)
 class Timeline:
-    """A schematic pipeline schedule and how it was derived."""
+    """A pipeline schedule drawn from a report's step plan, and how it was derived."""
 
     blocks: tuple[Block, ...]
     pp: int
     microbatches: int  # in the step
     drawn_microbatches: int  # drawn (fewer when the steady state is shortened)
     vpp: int
-    forward_s: float  # per drawn micro-batch and stage, compute only
-    backward_s: float
-    comm_s: float
+    forward_s: float  # per micro-batch on the bottleneck stage, compute only
+    backward_s: float  # input and weight gradients, recompute included
+    comm_s: float  # exposed TP/CP/EP/DP and the PP sends, per micro-batch
     end_s: float
     bubble_drawn_s: float  # idle time of stage 0 before DP communication
     notes: tuple[str, ...] = ()
+    schedule: str = "1f1b"
+    derivation: str = ""  # one sentence for a caption
 
 
-def _schedule(
-    pp: int, m: int, v: int, f: float, b: float, cf: float, cb: float
-) -> dict[tuple[str, int, int, int], tuple[float, float]] | None:
-    """(kind, stage, micro-batch, chunk) -> (start, end incl. the send); None on deadlock.
+def _one_chunk(plan: StepPlan) -> StepPlan:
+    """``plan`` with each rank's chunks merged into one, under the one-chunk form of its
+    schedule (interleaved -> 1F1B, interleaved-zb -> ZB-H1)."""
+    merged = []
+    for st in plan.stages:
+        fwd = _sum_dicts([dict(c.forward) for c in st.chunks])
+        inp = _sum_dicts([dict(c.input_grad) for c in st.chunks])
+        wgt = _sum_dicts([dict(c.weight_grad) for c in st.chunks])
+        merged.append(replace(st, given_chunks=(PassCosts(fwd, inp, wgt),), recipe=None))
+    one = "zb-h1" if plan.schedule_object.splits_backward else "1f1b"
+    return replace(plan, given_stages=tuple(merged), chunks=1, schedule=one)
 
-    The 1F1B / interleaved 1F1B order and dependencies of :mod:`planner.timeline`, with one
-    op lasting its compute plus its exposed communication.
-    """
-    dur = {"F": (f + cf) / v, "B": (b + cb) / v}
-    orders = [stage_order(s, pp, v, m) for s in range(pp)]
-    starts = run_schedule(orders, pp, v, dur["F"], dur["B"])
-    if starts is None:
-        return None
-    return {
-        (op.kind, s, op.mb, op.chunk): (t, t + dur[op.kind])
-        for s in range(pp)
-        for op, t in zip(orders[s], starts[s], strict=True)
-    }
+
+def _sum_dicts(parts: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _split_op(costs: dict[str, float]) -> tuple[float, float]:
+    """(compute, exposed communication) seconds of one op."""
+    comm = sum(costs.get(k, 0.0) for k in COMM_CATEGORIES)
+    return sum(costs.values()) - comm, comm
+
+
+def _op_blocks(plan: StepPlan) -> tuple[list[Block], float]:
+    """Blocks of every op and the idle between them; the pipeline's end."""
+    orders, starts, durations = plan.timed_ops()
+    kinds = {"F": "forward", "B": "backward", "I": "backward", "W": "weight"}
+    blocks: list[Block] = []
+    pipe_end = max(
+        (st[-1] + du[-1] for st, du in zip(starts, durations, strict=True) if st), default=0.0
+    )
+    for r, (order, st, du) in enumerate(zip(orders, starts, durations, strict=True)):
+        t = 0.0
+        for op, start, dur in zip(order, st, du, strict=True):
+            if start - t > 1e-12:
+                blocks.append(Block(r, "bubble", t, start - t, "idle"))
+            comp, com = _split_op(plan.op_costs(r, op))
+            label = f"{op.kind}{op.mb + 1}" + (f" chunk {op.chunk + 1}" if plan.chunks > 1 else "")
+            blocks.append(Block(r, kinds[op.kind], start, comp, label))
+            if com > 0:
+                blocks.append(Block(r, "communication", start + comp, com, label + " comm"))
+            t = start + dur
+        if pipe_end - t > 1e-12:
+            blocks.append(Block(r, "bubble", t, pipe_end - t, "idle"))
+    return blocks, pipe_end
 
 
 def pipeline_timeline(report: StepReport, pp: int, vpp: int = 1) -> Timeline:
-    """A schematic timeline of one step derived from ``report``'s totals.
-
-    Per micro-batch and stage: t = (step - bubble - DP comm - optimizer) / micro-batches;
-    its exposed TP/CP/EP/PP communication drawn after each pass, the rest split forward :
-    backward = 1 : 2, recompute added to the backward. Stages are uniform; the DP
-    communication and the optimizer step close the step on every stage. At most
-    MAX_DRAWN_STAGES stages and about MAX_PIPELINE_OPS blocks are drawn, whatever the layout.
-    """
-    tb = report.time_breakdown_s
-    m = max(1, report.microbatches)
+    """The step of ``report`` drawn from its plan: each stage with its own forward,
+    input-gradient and weight-gradient costs (the first with the embedding, the last with the
+    logits and loss), in its schedule's op order, timed by running that order; the DP
+    communication and the optimizer step close the step. At most MAX_DRAWN_STAGES stages and
+    about MAX_PIPELINE_OPS blocks are drawn, whatever the layout."""
+    plan = report.plan
+    if plan is None:
+        raise ValueError("the report has no step plan")
+    if not 1 <= plan.pp <= MAX_DRAWN_STAGES:
+        raise ValueError(f"pp = {plan.pp}: at most {MAX_DRAWN_STAGES} stages are drawn")
+    m = max(1, plan.microbatches)
     notes = []
-    pipe_s = report.step_time_s - sum(
-        tb.get(k, 0.0) for k in ("pipeline_bubble", "dp_comm", "optimizer")
-    )
-    per_mb = max(pipe_s, 0.0) / m
-    comm = sum(tb.get(k, 0.0) for k in COMM_CATEGORIES) / m
-    recompute = tb.get("recompute", 0.0) / m
-    base = max(per_mb - comm - recompute, 0.0)
-    f, b = base / 3.0, 2.0 * base / 3.0 + recompute
-    cf, cb = comm / 3.0, 2.0 * comm / 3.0
-    if not 1 <= pp <= MAX_DRAWN_STAGES:
-        raise ValueError(f"pp = {pp}: at most {MAX_DRAWN_STAGES} stages are drawn")
-    v = max(1, vpp) if pp > 1 else 1
-    if 2 * pp * v * pp > 4 * MAX_PIPELINE_OPS:  # even the shortest steady state is too long
-        notes.append(f"{v} interleaved chunks per stage not drawn: drawn as 1F1B")
-        v = 1
+    per_op = 3 if plan.schedule_object.splits_backward else 2
+    if per_op * plan.pp * plan.chunks * plan.pp > 4 * MAX_PIPELINE_OPS:
+        notes.append(f"{plan.chunks} chunks per stage drawn as one")
+        plan = _one_chunk(plan)
     md = m
-    if 2 * m * v * pp > MAX_PIPELINE_OPS:
-        md = min(m, max(pp, MAX_PIPELINE_OPS // (2 * v * pp) // pp * pp))
+    if per_op * m * plan.chunks * plan.pp > MAX_PIPELINE_OPS:
+        md = min(m, max(2 * plan.pp, MAX_PIPELINE_OPS // (per_op * plan.chunks * plan.pp)))
         notes.append(
             f"steady state shortened: {md} of the step's {m} micro-batches drawn (warm-up, "
             "cool-down and bubble to scale)"
         )
-    sched = _schedule(pp, md, v, f, b, cf, cb)
-    if sched is None and v > 1:
-        notes.append("interleaved order not drawable for this micro-batch count: drawn as 1F1B")
-        v = 1
-        sched = _schedule(pp, md, 1, f, b, cf, cb)
-    assert sched is not None  # plain 1F1B never deadlocks
-    blocks: list[Block] = []
-    busy: list[list[tuple[float, float]]] = [[] for _ in range(pp)]
-    for (kind, s, mb, c), (start, end) in sched.items():
-        comp, com = (f, cf) if kind == "F" else (b, cb)
-        comp, com = comp / v, com / v
-        label = f"{kind}{mb + 1}" + (f" chunk {c + 1}" if v > 1 else "")
-        blocks.append(Block(s, "forward" if kind == "F" else "backward", start, comp, label))
-        if com > 0:
-            blocks.append(Block(s, "communication", start + comp, com, label + " comm"))
-        busy[s].append((start, end))
-    pipe_end = max((e for _, e in sched.values()), default=0.0)
-    bubble0 = 0.0
-    for s in range(pp):
-        t = 0.0
-        for start, end in sorted(busy[s]):
-            if start - t > 1e-12:
-                blocks.append(Block(s, "bubble", t, start - t, "idle"))
-                bubble0 += (start - t) if s == 0 else 0.0
-            t = max(t, end)
-        if pipe_end - t > 1e-12:
-            blocks.append(Block(s, "bubble", t, pipe_end - t, "idle"))
-            bubble0 += (pipe_end - t) if s == 0 else 0.0
-    dp, opt = tb.get("dp_comm", 0.0), tb.get("optimizer", 0.0)
-    for s in range(pp):
+    drawn = replace(plan, microbatches=md)
+    blocks, pipe_end = _op_blocks(drawn)
+    bubble0 = sum(b.dur_s for b in blocks if b.kind == "bubble" and b.stage == 0)
+    dp, opt = plan.dp_step_s, plan.optimizer_s
+    for s in range(plan.pp):
         if dp > 0:
             blocks.append(Block(s, "dp_comm", pipe_end, dp, "DP comm (exposed)"))
         if opt > 0:
             blocks.append(Block(s, "optimizer", pipe_end + dp, opt, "optimizer step"))
+    bott = plan.stage_of(plan.bottleneck_rank)
+    fwd = _sum_dicts([dict(c.forward) for c in bott.chunks])
+    bwd = _sum_dicts([c.of("B") for c in bott.chunks])
+    comm = sum(fwd.get(k, 0.0) + bwd.get(k, 0.0) for k in COMM_CATEGORIES)
+    f_comm = sum(fwd.get(k, 0.0) for k in COMM_CATEGORIES)
     return Timeline(
         blocks=tuple(blocks),
-        pp=pp,
+        pp=plan.pp,
         microbatches=m,
         drawn_microbatches=md,
-        vpp=v,
-        forward_s=f,
-        backward_s=b,
-        comm_s=cf + cb,
+        vpp=plan.chunks,
+        forward_s=sum(fwd.values()) - f_comm,
+        backward_s=sum(bwd.values()) - (comm - f_comm),
+        comm_s=comm,
         end_s=pipe_end + dp + opt,
         bubble_drawn_s=bubble0,
         notes=tuple(notes),
+        schedule=plan.schedule,
+        derivation=(
+            f"{plan.schedule_object.title} order; each stage with its own costs from the step "
+            "plan (forward, input and weight gradients; first stage with the embedding, last "
+            "with the logits and loss), timed by running the order"
+        ),
     )
 
 
@@ -277,7 +287,8 @@ def pipeline_figure(timeline: Timeline) -> go.Figure:
     names = {
         "forward": "forward",
         "backward": "backward (+ recompute)",
-        "communication": "communication (exposed TP/CP/EP, PP sends)",
+        "weight": "weight gradient (W)",
+        "communication": "communication (exposed TP/CP/EP/DP, PP sends)",
         "bubble": "bubble (idle)",
         "dp_comm": "DP communication (exposed)",
         "optimizer": "optimizer step",
@@ -310,7 +321,7 @@ def pipeline_figure(timeline: Timeline) -> go.Figure:
     fig.update_xaxes(title_text=f"time in the step ({unit})", range=[0, timeline.end_s * scale])
     return _layout(
         fig,
-        "Pipeline timeline of one step (schematic)",
+        f"Pipeline timeline of one step ({timeline.schedule}, schematic)",
         height=max(260, 120 + 36 * timeline.pp),
     )
 

@@ -1,12 +1,12 @@
 """Advice: the predicted gain of each single lever on a given layout, ranked.
 
 Each lever changes one thing (or one coupled pair, such as TP x2 with PP /2) of the layout or
-the training settings, is checked by the one validator (``planner.check_layout``) and
-re-simulated with the same calibration profile as the baseline. A lever's gain is its change in
-tokens/s; its memory cost is its change in peak memory per GPU. Levers whose layout fits in
-memory come first, then by gain. Levers that are illegal for this model, batch or accelerator
-are returned, with the reason, only when asked (``include_unavailable``); levers already in
-effect are never returned.
+the training settings, is checked by the legality rules (``planner.legality.RULES``, the ones
+``planner.check_layout`` applies) and re-simulated with the same calibration profile as the
+baseline. A lever's gain is its change in tokens/s; its memory cost is its change in peak memory
+per GPU. Levers whose layout fits in memory come first, then by gain. Levers that break a rule
+for this model, batch or accelerator are returned, with that rule's message, only when asked
+(``include_unavailable``); levers already in effect are never returned.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from planner.errors import PlannerError
-from planner.legality import check_layout
+from planner.legality import check_layout, first_violation, violations
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
+from planner.specs.base import MAX_MICRO_BATCH
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -72,7 +73,6 @@ class _Candidate:
     description: str
     layout: Layout
     training: Training
-    reason: str = ""  # non-empty: not applicable
     no_host: bool = False  # simulate with the host never binding (CUDA graphs)
 
 
@@ -98,26 +98,24 @@ def _candidates(
     out: list[_Candidate] = []
     L, T = layout, training
 
-    def add(name: str, description: str, lay: Layout = L, tr: Training = T, reason: str = ""):
-        out.append(_Candidate(name, description, lay, tr, reason))
+    def add(name: str, description: str, lay: Layout = L, tr: Training = T) -> None:
+        out.append(_Candidate(name, description, lay, tr))
 
-    # interleaved pipeline schedule
+    # interleaved pipeline schedule (the rules say which virtual-stage counts are legal)
     if L.pp > 1:
         for v in (2, 4):
             if v <= L.virtual_stages:
                 continue
-            desc = f"interleaved 1F1B schedule, {v} virtual stages per pipeline rank"
-            if model.layers % (L.pp * v):
-                add(
-                    f"interleave vpp={v}",
-                    desc,
-                    reason=f"layers={model.layers} not divisible by pp*vpp = {L.pp * v}",
-                )
-                continue
-            per = model.layers // (L.pp * v)
+            stages = L.pp * v
+            split = (
+                f"--num-layers-per-virtual-pipeline-stage {model.layers // stages}"
+                if model.layers % stages == 0
+                else f"--virtual-pipeline-model-parallel-size {v}, uneven stages"
+            )
             add(
                 f"interleave vpp={v}",
-                f"{desc} (Megatron --num-layers-per-virtual-pipeline-stage {per})",
+                f"interleaved 1F1B schedule, {v} virtual stages per pipeline rank "
+                f"(Megatron {split})",
                 _layout(L, vpp=v, schedule=None),
             )
 
@@ -137,7 +135,7 @@ def _candidates(
             _layout(L, overlap_tp_comm=True, sequence_parallel=True),
         )
 
-    if L.ep > 1 and not L.overlap_ep_comm and (L.pp == 1 or L.virtual_stages > 1):
+    if L.ep > 1 and not L.overlap_ep_comm:
         add(
             "overlap EP comm",
             "hide the MoE all-to-all behind another micro-batch's compute "
@@ -181,19 +179,15 @@ def _candidates(
             _layout(L, overlap_zero3_param_gather=True),
         )
 
-    # activation offloading (Megatron-Core: pp 1, no recompute)
+    # activation offloading (the rules: pp 1, no recompute, a host link)
     if T.offload_layers == 0 and T.recompute == "none":
         n = model.layers // 2
-        desc = (
+        add(
+            f"offload {n} layers",
             f"offload the activations of {n} layers to host memory "
-            f"(Megatron --cpu-offloading --cpu-offloading-num-layers {n})"
+            f"(Megatron --cpu-offloading --cpu-offloading-num-layers {n})",
+            tr=_training(T, offload_layers=n),
         )
-        if L.pp > 1:
-            add(f"offload {n} layers", desc, reason="Megatron-Core offloads only with pp 1")
-        elif cluster.accelerator.host_link_gb_per_s is None:
-            add(f"offload {n} layers", desc, reason="no host link bandwidth in the spec")
-        else:
-            add(f"offload {n} layers", desc, tr=_training(T, offload_layers=n))
 
     # loss kernel
     if T.cross_entropy == "fp32_copy":
@@ -206,23 +200,20 @@ def _candidates(
 
     # precision
     if T.precision in ("bf16", "fp16"):
-        name, desc = "fp8", "FP8 GEMMs with Transformer Engine (Megatron --fp8-format hybrid)"
-        if cluster.accelerator.peak_tflops.fp8 is None:
-            add(name, desc, reason=f"{cluster.accelerator.name} has no fp8 tensor throughput")
-        else:
-            add(name, desc, tr=_training(T, precision="fp8"))
+        add(
+            "fp8",
+            "FP8 GEMMs with Transformer Engine (Megatron --fp8-format hybrid)",
+            tr=_training(T, precision="fp8"),
+        )
 
     # micro-batch
     mb = 2 * T.micro_batch
-    desc = f"micro-batch {mb} instead of {T.micro_batch} (Megatron --micro-batch-size {mb})"
-    if T.global_batch % (mb * L.dp):
+    if mb <= MAX_MICRO_BATCH:
         add(
             f"micro-batch {mb}",
-            desc,
-            reason=f"global_batch={T.global_batch} not divisible by micro_batch*dp = {mb * L.dp}",
+            f"micro-batch {mb} instead of {T.micro_batch} (Megatron --micro-batch-size {mb})",
+            tr=_training(T, micro_batch=mb),
         )
-    else:
-        add(f"micro-batch {mb}", desc, tr=_training(T, micro_batch=mb))
 
     # ZeRO-1 (distributed optimizer)
     if L.zero != 1 and L.dp * L.cp > 1:
@@ -240,20 +231,21 @@ def _candidates(
     ):
         if tp * pp != L.tp * L.pp or min(tp, pp) < 1:
             continue
-        vpp = L.vpp if pp > 1 and L.vpp and model.layers % (pp * L.vpp) == 0 else None
         lay = _layout(
             L,
             tp=tp,
             pp=pp,
-            vpp=vpp,
-            schedule=L.schedule if vpp else None,
+            vpp=L.vpp,
+            schedule=L.schedule,
             sequence_parallel=L.sequence_parallel and tp > 1,
             overlap_tp_comm=L.overlap_tp_comm and tp > 1,
         )
+        if L.vpp and _breaks_pipeline(model, cluster, lay, T):
+            lay = _layout(lay, vpp=None, schedule=None)  # keep the split, drop interleaving
         note = ""
         if tp > cluster.spec.scale_up_domain_gpus:
             note = f"; TP {tp} spans more than the {cluster.spec.scale_up_domain_gpus}-GPU NVLink domain"
-        if L.vpp and not vpp:
+        if L.vpp and not lay.vpp:
             note += "; interleaving dropped"
         add(
             name,
@@ -262,6 +254,14 @@ def _candidates(
             lay,
         )
     return out
+
+
+def _breaks_pipeline(
+    model: ModelSpec, cluster: Cluster, layout: Layout, training: Training
+) -> bool:
+    """Whether ``layout`` breaks a rule about its (virtual) pipeline stages."""
+    fields = ("layout.pp", "layout.vpp", "layout.schedule")
+    return any(v.field in fields for v in violations(model, cluster, layout, training))
 
 
 def _without_host(cluster: Cluster, profile: CalibrationProfile | str | None) -> CalibrationProfile:
@@ -324,10 +324,10 @@ def advise(
         )
     for c in candidates:
         rep: StepReport | None = None
-        reason = c.reason
-        if not reason:
+        v = first_violation(model, cluster, c.layout, c.training, gpus=layout.world_size)
+        reason = str(v.error()) if v is not None else ""
+        if v is None:
             try:
-                check_layout(model, cluster, c.layout, c.training, gpus=layout.world_size)
                 prof = _without_host(cluster, profile) if c.no_host else profile
                 rep = simulate(model, cluster, c.layout, c.training, prof)
             except PlannerError as exc:

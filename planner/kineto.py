@@ -488,13 +488,16 @@ ROWS = (
 
 
 def compare(
-    trace: KinetoTrace, report: StepReport, steps: int | None = None
+    trace: KinetoTrace, report: StepReport, steps: int | None = None, stage: int | None = None
 ) -> list[dict[str, Any]]:
     """Measured against predicted seconds per step, one row per :data:`ROWS` entry.
 
     Measured: the trace's exposed seconds of the row's categories per step (``steps``, else the
     ProfilerStep count) and per device. Predicted: the sum of the row's planner categories in
-    ``report.time_breakdown_s``. Each row: ``row``, ``trace_categories``,
+    ``report.time_breakdown_s`` (the bottleneck pipeline rank), or with ``stage`` in that
+    rank's own costs from the step plan (``report.plan.rank_breakdown_s``): a trace is one
+    rank, and the first and last ranks carry the embedding, the logits and the loss. Raises
+    PlannerError for a stage outside the pipeline. Each row: ``row``, ``trace_categories``,
     ``planner_categories``, ``measured_s``, ``predicted_s``, ``gap_s`` (measured - predicted;
     positive: the real run spends more time there than planned), ``gap_pct_of_step`` (gap over
     the predicted step time, percent), ``note``, ``top_names`` (busiest names in the trace).
@@ -502,6 +505,11 @@ def compare(
     """
     measured = trace.per_step_s(steps)
     bd = report.time_breakdown_s
+    if stage is not None:
+        pp = report.plan.pp if report.plan is not None else 1
+        if report.plan is None or not 0 <= stage < pp:
+            raise PlannerError("--stage", f"stage {stage} is not a pipeline rank", f"0 to {pp - 1}")
+        bd = report.plan.rank_breakdown_s(stage)
     rows = []
     for spec in ROWS:
         m = sum(measured.get(c, 0.0) for c in spec.trace)

@@ -1,129 +1,367 @@
-"""The one validator of "is this layout legal for this model, cluster and batch"."""
+"""The one validator of "is this layout legal for this model, cluster and batch": a list of rules.
+
+Each rule is a named check ``(model, cluster, layout, training, gpus) -> Violation | None``;
+``RULES`` is their order, so :func:`check_layout` raises the first violation and
+:func:`violations` lists them all. ``planner.check_layout``, the search space, ``advise`` and
+the exports all decide legality through these rules only. ``SEARCH_RULES`` adds what the search
+asks of the layouts it proposes (an interleaved split Megatron-LM's flags express).
+
+>>> import planner
+>>> from planner.legality import violations
+>>> model, cluster = planner.load_model("llama3.1-8b"), planner.load_cluster("dgx-h100")
+>>> layout, training = planner.Layout(tp=3, dp=2), planner.Training(seq_len=4096, global_batch=9)
+>>> [v.rule for v in violations(model, cluster, layout, training)]
+['tp_divides_heads', 'tp_divides_kv_heads', 'global_batch_divisible']
+>>> planner.check_layout(model, cluster, layout, training)
+Traceback (most recent call last):
+...
+planner.errors.PlannerError: layout.tp: tp=3 does not divide heads=32 (valid: 1, 2, 4, 8, 16, 32)
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 from planner.divisors import divisors_text
 from planner.errors import PlannerError
+from planner.schedules import schedule_violation
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
+# what a rule's check returns when it fires: (field, message, valid values)
+Found = tuple[str, str, str]
 
-def _divisors(n: int) -> str:
-    return divisors_text(n)
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """What a rule looks at. ``gpus`` None: the world size is not checked."""
+
+    model: ModelSpec
+    cluster: Cluster
+    layout: Layout
+    training: Training
+    gpus: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule: the field to change, what is wrong, and the values that would do."""
+
+    rule: str
+    field: str
+    message: str
+    valid: str
+
+    def error(self) -> PlannerError:
+        return PlannerError(self.field, self.message, self.valid)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A named legality check. ``reads``: the Layout / Training fields (and ``gpus``) it looks
+    at besides the model and the cluster, so the search can check it as soon as those are set."""
+
+    name: str
+    check: Callable[[Candidate], Found | None]
+    reads: frozenset[str]
+
+    def __call__(
+        self,
+        model: ModelSpec,
+        cluster: Cluster,
+        layout: Layout,
+        training: Training,
+        gpus: int | None = None,
+    ) -> Violation | None:
+        return self.on(Candidate(model, cluster, layout, training, gpus))
+
+    def on(self, c: Candidate) -> Violation | None:
+        found = self.check(c)
+        return None if found is None else Violation(self.name, *found)
+
+
+def _rule(name: str, *reads: str) -> Callable[[Callable[[Candidate], Found | None]], Rule]:
+    return lambda check: Rule(name, check, frozenset(reads))
+
+
+@_rule("world_size", "gpus", "tp", "cp", "dp", "pp")
+def world_size(c: Candidate) -> Found | None:
+    if c.gpus is not None and c.layout.world_size != c.gpus:
+        return (
+            "layout",
+            f"tp*cp*dp*pp = {c.layout.tp}*{c.layout.cp}*{c.layout.dp}*{c.layout.pp} = "
+            f"{c.layout.world_size} but gpus = {c.gpus}",
+            "factors whose product equals gpus",
+        )
+    return None
+
+
+@_rule("tp_divides_heads", "tp")
+def tp_divides_heads(c: Candidate) -> Found | None:
+    if c.model.heads % c.layout.tp:
+        return (
+            "layout.tp",
+            f"tp={c.layout.tp} does not divide heads={c.model.heads}",
+            divisors_text(c.model.heads),
+        )
+    return None
+
+
+@_rule("tp_divides_kv_heads", "tp")
+def tp_divides_kv_heads(c: Candidate) -> Found | None:
+    # Megatron-Core splits the KV heads (query groups) over TP: kv_heads % tp == 0
+    if c.model.mla is None and c.model.n_kv_heads % c.layout.tp:
+        return (
+            "layout.tp",
+            f"tp={c.layout.tp} does not divide kv_heads={c.model.n_kv_heads}",
+            divisors_text(c.model.n_kv_heads),
+        )
+    return None
+
+
+@_rule("stages_within_layers", "pp", "vpp")
+def stages_within_layers(c: Candidate) -> Found | None:
+    # Megatron may count the embedding and the loss as pipeline layers (account-for-* splits)
+    stages = c.layout.pp * c.layout.virtual_stages
+    if stages > c.model.layers + 2:
+        return (
+            "layout.pp",
+            f"pp*vpp = {stages} exceeds layers + 2 = {c.model.layers + 2}",
+            f"pp*vpp <= {c.model.layers + 2} (embedding and loss may count as stages)",
+        )
+    return None
+
+
+@_rule("vpp_needs_pp", "pp", "vpp")
+def vpp_needs_pp(c: Candidate) -> Found | None:
+    if c.layout.vpp and c.layout.vpp > 1 and c.layout.pp == 1:
+        return ("layout.vpp", "virtual pipeline stages need pp > 1", "vpp=1 or pp>1")
+    return None
+
+
+@_rule("schedule", "pp", "vpp", "schedule", "dp", "micro_batch", "global_batch")
+def schedule(c: Candidate) -> Found | None:
+    # the schedule object knows its chunks, pipeline, layer placement and warm-up micro-batches
+    return schedule_violation(c.model, c.layout, c.training)
+
+
+@_rule("cp_divides_seq_len", "cp", "seq_len")
+def cp_divides_seq_len(c: Candidate) -> Found | None:
+    if c.layout.cp > 1 and c.training.seq_len % (2 * c.layout.cp):
+        return (
+            "layout.cp",
+            f"seq_len={c.training.seq_len} is not divisible by 2*cp",
+            "cp with seq_len % (2*cp) == 0",
+        )
+    return None
+
+
+@_rule("cp_attention_only", "cp")
+def cp_attention_only(c: Candidate) -> Found | None:
+    if c.layout.cp > 1 and any(
+        layer.mixer.kind != "attention" for layer, _ in c.model.layer_kinds()
+    ):
+        return (
+            "layout.cp",
+            "context parallelism of state-space / linear-attention layers is not modelled",
+            "cp=1 for models with such layers",
+        )
+    return None
+
+
+@_rule("ep_needs_experts", "ep")
+def ep_needs_experts(c: Candidate) -> Found | None:
+    if c.model.moe is None and c.layout.ep > 1:
+        return ("layout.ep", f"ep={c.layout.ep} but {c.model.name} has no experts", "1")
+    return None
+
+
+@_rule("ep_divides_experts", "ep")
+def ep_divides_experts(c: Candidate) -> Found | None:
+    if c.model.moe is not None and c.model.moe.experts % c.layout.ep:
+        return (
+            "layout.ep",
+            f"ep={c.layout.ep} does not divide experts={c.model.moe.experts}",
+            divisors_text(c.model.moe.experts),
+        )
+    return None
+
+
+@_rule("ep_divides_tp_dp_cp", "ep", "tp", "dp", "cp")
+def ep_divides_tp_dp_cp(c: Candidate) -> Found | None:
+    grid = c.layout.tp * c.layout.dp * c.layout.cp
+    if c.model.moe is not None and grid % c.layout.ep:
+        return (
+            "layout.ep",
+            f"ep={c.layout.ep} must divide tp*dp*cp={grid} "
+            "(expert parallelism is carved out of TP x DP x CP)",
+            divisors_text(grid),
+        )
+    return None
+
+
+@_rule("overlap_ep_needs_interleaving", "overlap_ep_comm", "pp", "vpp")
+def overlap_ep_needs_interleaving(c: Candidate) -> Found | None:
+    if c.layout.overlap_ep_comm and c.layout.pp > 1 and c.layout.virtual_stages < 2:
+        return (
+            "layout.overlap_ep_comm",
+            "all-to-all overlap pairs the forward of one micro-batch with the backward of "
+            "another, which with pp > 1 needs the interleaved schedule",
+            "vpp >= 2, pp = 1, or overlap_ep_comm false",
+        )
+    return None
+
+
+@_rule("global_batch_divisible", "global_batch", "micro_batch", "dp")
+def global_batch_divisible(c: Candidate) -> Found | None:
+    per_step = c.training.micro_batch * c.layout.dp
+    if c.training.global_batch % per_step:
+        return (
+            "training.global_batch",
+            f"global_batch={c.training.global_batch} is not divisible by "
+            f"micro_batch*dp = {c.training.micro_batch}*{c.layout.dp} = {per_step}",
+            f"a multiple of {per_step}",
+        )
+    return None
+
+
+@_rule("precision_supported", "precision")
+def precision_supported(c: Candidate) -> Found | None:
+    try:  # the accelerator spec is the one place that knows its precisions
+        c.cluster.accelerator.peak_flops_per_s(c.training.precision)
+    except PlannerError as exc:
+        return (exc.field, exc.message, exc.valid or "")
+    return None
+
+
+# Activation offloading as Megatron-Core allows it (TransformerConfig): fewer layers than the
+# model has, no pipeline parallelism, no activation recompute; and a known host link.
+
+
+@_rule("offload_below_layers", "offload_layers")
+def offload_below_layers(c: Candidate) -> Found | None:
+    n = c.training.offload_layers
+    if n and n >= c.model.layers:
+        return (
+            "training.offload_layers",
+            f"offload_layers={n} but the model has {c.model.layers} layers",
+            f"0 to {c.model.layers - 1}",
+        )
+    return None
+
+
+@_rule("offload_without_pp", "offload_layers", "pp")
+def offload_without_pp(c: Candidate) -> Found | None:
+    if c.training.offload_layers and c.layout.pp > 1:
+        return (
+            "training.offload_layers",
+            f"activation offloading with pp={c.layout.pp}: Megatron-Core supports it only "
+            "without pipeline parallelism",
+            "pp 1, or offload_layers 0",
+        )
+    return None
+
+
+@_rule("offload_without_recompute", "offload_layers", "recompute")
+def offload_without_recompute(c: Candidate) -> Found | None:
+    if c.training.offload_layers and c.training.recompute != "none":
+        return (
+            "training.offload_layers",
+            f"activation offloading with recompute {c.training.recompute}: Megatron-Core does "
+            "not combine them",
+            "recompute none, or offload_layers 0",
+        )
+    return None
+
+
+@_rule("offload_needs_host_link", "offload_layers")
+def offload_needs_host_link(c: Candidate) -> Found | None:
+    if c.training.offload_layers and c.cluster.accelerator.host_link_gb_per_s is None:
+        return (
+            "training.offload_layers",
+            f"{c.cluster.accelerator.name} has no host link bandwidth in its spec "
+            "(host_link_gb_per_s)",
+            "offload_layers 0, or a spec with host_link_gb_per_s",
+        )
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    world_size,
+    tp_divides_heads,
+    tp_divides_kv_heads,
+    stages_within_layers,
+    vpp_needs_pp,
+    schedule,
+    cp_divides_seq_len,
+    cp_attention_only,
+    ep_needs_experts,
+    ep_divides_experts,
+    ep_divides_tp_dp_cp,
+    overlap_ep_needs_interleaving,
+    global_batch_divisible,
+    precision_supported,
+    offload_below_layers,
+    offload_without_pp,
+    offload_without_recompute,
+    offload_needs_host_link,
+)
+
+
+@_rule("interleaved_even_split", "pp", "vpp")
+def interleaved_even_split(c: Candidate) -> Found | None:
+    # legal uneven splits exist (DeepSeek-V3's --pipeline-model-parallel-layout), but the
+    # search proposes only those that Megatron-LM's split flags express (search/export.py)
+    stages = c.layout.pp * c.layout.virtual_stages
+    if c.layout.virtual_stages > 1 and c.model.layers % stages and (c.model.layers + 2) % stages:
+        return (
+            "layout.vpp",
+            f"layers={c.model.layers} (+ embedding and loss) not divisible by pp*vpp = {stages}",
+            f"pp*vpp dividing {c.model.layers} or {c.model.layers + 2}",
+        )
+    return None
+
+
+# The search proposes legal layouts only, and of those only the ones every export can express.
+SEARCH_RULES: tuple[Rule, ...] = (*RULES, interleaved_even_split)
+
+
+def violations(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    gpus: int | None = None,
+    rules: Sequence[Rule] = RULES,
+) -> list[Violation]:
+    """Every rule the layout breaks, in rule order (empty: legal)."""
+    c = Candidate(model, cluster, layout, training, gpus)
+    return [v for v in (rule.on(c) for rule in rules) if v is not None]
+
+
+def first_violation(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    gpus: int | None = None,
+    rules: Sequence[Rule] = RULES,
+) -> Violation | None:
+    """The first rule the layout breaks, or None when it breaks none."""
+    c = Candidate(model, cluster, layout, training, gpus)
+    for rule in rules:
+        v = rule.on(c)
+        if v is not None:
+            return v
+    return None
 
 
 def check_layout(
     model: ModelSpec, cluster: Cluster, layout: Layout, training: Training, gpus: int | None = None
 ) -> None:
     """Raise PlannerError naming the first illegal field and the values that would be valid."""
-    if gpus is not None and layout.world_size != gpus:
-        raise PlannerError(
-            "layout",
-            f"tp*cp*dp*pp = {layout.tp}*{layout.cp}*{layout.dp}*{layout.pp} = "
-            f"{layout.world_size} but gpus = {gpus}",
-            "factors whose product equals gpus",
-        )
-    if model.heads % layout.tp:
-        raise PlannerError(
-            "layout.tp",
-            f"tp={layout.tp} does not divide heads={model.heads}",
-            _divisors(model.heads),
-        )
-    # Megatron-Core splits the KV heads (query groups) over TP: kv_heads % tp == 0
-    if model.mla is None and model.n_kv_heads % layout.tp:
-        raise PlannerError(
-            "layout.tp",
-            f"tp={layout.tp} does not divide kv_heads={model.n_kv_heads}",
-            _divisors(model.n_kv_heads),
-        )
-    # Megatron may count the embedding and the loss as pipeline layers (account-for-* splits)
-    if layout.pp * layout.virtual_stages > model.layers + 2:
-        raise PlannerError(
-            "layout.pp",
-            f"pp*vpp = {layout.pp * layout.virtual_stages} exceeds layers + 2 = {model.layers + 2}",
-            f"pp*vpp <= {model.layers + 2} (embedding and loss may count as stages)",
-        )
-    if layout.vpp and layout.vpp > 1 and layout.pp == 1:
-        raise PlannerError("layout.vpp", "virtual pipeline stages need pp > 1", "vpp=1 or pp>1")
-    if layout.cp > 1 and training.seq_len % (2 * layout.cp):
-        raise PlannerError(
-            "layout.cp",
-            f"seq_len={training.seq_len} is not divisible by 2*cp",
-            "cp with seq_len % (2*cp) == 0",
-        )
-    if layout.cp > 1 and any(layer.mixer.kind != "attention" for layer, _ in model.layer_kinds()):
-        raise PlannerError(
-            "layout.cp",
-            "context parallelism of state-space / linear-attention layers is not modelled",
-            "cp=1 for models with such layers",
-        )
-    if model.moe is None and layout.ep > 1:
-        raise PlannerError("layout.ep", f"ep={layout.ep} but {model.name} has no experts", "1")
-    if model.moe is not None:
-        if model.moe.experts % layout.ep:
-            raise PlannerError(
-                "layout.ep",
-                f"ep={layout.ep} does not divide experts={model.moe.experts}",
-                _divisors(model.moe.experts),
-            )
-        grid = layout.tp * layout.dp * layout.cp
-        if grid % layout.ep:
-            raise PlannerError(
-                "layout.ep",
-                f"ep={layout.ep} must divide tp*dp*cp={grid} "
-                "(expert parallelism is carved out of TP x DP x CP)",
-                _divisors(grid),
-            )
-    if layout.overlap_ep_comm and layout.pp > 1 and layout.virtual_stages < 2:
-        raise PlannerError(
-            "layout.overlap_ep_comm",
-            "all-to-all overlap pairs the forward of one micro-batch with the backward of "
-            "another, which with pp > 1 needs the interleaved schedule",
-            "vpp >= 2, pp = 1, or overlap_ep_comm false",
-        )
-    per_step = training.micro_batch * layout.dp
-    if training.global_batch % per_step:
-        raise PlannerError(
-            "training.global_batch",
-            f"global_batch={training.global_batch} is not divisible by "
-            f"micro_batch*dp = {training.micro_batch}*{layout.dp} = {per_step}",
-            f"a multiple of {per_step}",
-        )
-    cluster.accelerator.peak_flops_per_s(training.precision)  # raises if unsupported
-    _check_offload(model, cluster, layout, training)
-
-
-def _check_offload(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training) -> None:
-    """Activation offloading as Megatron-Core allows it (TransformerConfig): fewer layers than
-    the model has, no pipeline parallelism, no activation recompute; and a known host link."""
-    n = training.offload_layers
-    if n == 0:
-        return
-    if n >= model.layers:
-        raise PlannerError(
-            "training.offload_layers",
-            f"offload_layers={n} but the model has {model.layers} layers",
-            f"0 to {model.layers - 1}",
-        )
-    if layout.pp > 1:
-        raise PlannerError(
-            "training.offload_layers",
-            f"activation offloading with pp={layout.pp}: Megatron-Core supports it only "
-            "without pipeline parallelism",
-            "pp 1, or offload_layers 0",
-        )
-    if training.recompute != "none":
-        raise PlannerError(
-            "training.offload_layers",
-            f"activation offloading with recompute {training.recompute}: Megatron-Core does "
-            "not combine them",
-            "recompute none, or offload_layers 0",
-        )
-    if cluster.accelerator.host_link_gb_per_s is None:
-        raise PlannerError(
-            "training.offload_layers",
-            f"{cluster.accelerator.name} has no host link bandwidth in its spec "
-            "(host_link_gb_per_s)",
-            "offload_layers 0, or a spec with host_link_gb_per_s",
-        )
+    v = first_violation(model, cluster, layout, training, gpus)
+    if v is not None:
+        raise v.error()

@@ -1,8 +1,16 @@
-"""StepReport: what the simulator says about one training step (units in every name)."""
+"""StepReport: what the simulator says about one training step (units in every name).
+
+A view of the step's :class:`~planner.plan.StepPlan` (``report.plan``): the totals, the time
+breakdown of the rank that sets the pace and the memory of the peak rank.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planner.plan import StepPlan
 
 MFU_CONVENTION = (
     "MFU = model FLOPs per token x tokens/s / (GPUs x dense bf16 peak); model FLOPs per token = "
@@ -61,13 +69,16 @@ class StepReport:
     profile: str = ""
     assumptions: list[str] = field(default_factory=list)
     mfu_convention: str = MFU_CONVENTION
+    # the plan this report summarises: per rank, chunk and pass (not part of to_dict)
+    plan: StepPlan | None = field(default=None, repr=False, compare=False)
 
     @property
     def memory_headroom_gib(self) -> float:
         return self.usable_memory_gib - self.peak_memory_gib
 
     def to_dict(self) -> dict:
-        """JSON-ready dictionary of every field."""
-        d = asdict(self)
+        """JSON-ready dictionary of every field but the plan."""
+        d = asdict(replace(self, plan=None))
+        del d["plan"]
         d["memory_headroom_gib"] = self.memory_headroom_gib
         return d

@@ -159,3 +159,33 @@ def test_cli_advise_bad_layout_is_one_line(capsys: pytest.CaptureFixture[str]) -
     assert run_cli(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_unavailable_reasons_are_the_rules_messages() -> None:
+    """--all says why with the first legality rule the lever breaks (planner.legality)."""
+    from planner.legality import first_violation
+
+    model, cluster = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-a100-80gb")
+    layout = planner.Layout(tp=2, pp=2, dp=8, ep=8)  # pp > 1 without interleaving
+    training = planner.Training(seq_len=4096, global_batch=8)  # micro-batch 2 x dp 8 > 8
+    listed = _by_name(advise(model, cluster, layout, training, include_unavailable=True))
+    for name, rule in (
+        ("overlap EP comm", "overlap_ep_needs_interleaving"),
+        ("micro-batch 2", "global_batch_divisible"),
+        ("fp8", "precision_supported"),
+        ("offload 16 layers", "offload_without_pp"),
+    ):
+        lv = listed[name]
+        v = first_violation(model, cluster, lv.layout, lv.training, gpus=layout.world_size)
+        assert not lv.applicable and v is not None and v.rule == rule, name
+        assert lv.reason == str(v.error())
+    assert listed["interleave vpp=2"].applicable  # the rules accept it: pp*vpp divides 32
+
+
+def test_interleaving_follows_the_rules_when_tp_pp_shift(case) -> None:
+    model, cluster, _, training = case  # 80 layers
+    base = planner.Layout(tp=4, pp=8, dp=2, vpp=10)  # pp 8 x vpp 10 = 80
+    levers = _by_name(advise(model, cluster, base, training, include_unavailable=True))
+    assert levers["tp8 pp4"].layout.vpp == 10  # 40 stages <= 82: legal, kept
+    assert levers["tp2 pp16"].layout.vpp is None  # 160 stages > 82: dropped
+    assert "interleaving dropped" in levers["tp2 pp16"].description

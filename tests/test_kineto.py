@@ -325,6 +325,22 @@ def _run(argv: list[str]) -> int:
     return compare_trace.run(args)
 
 
+def test_compare_a_stage_of_the_plan(cpu_trace: Any, h100: planner.Cluster) -> None:
+    """``stage``: the predicted column is that rank's own costs, summing to the step."""
+    model = planner.load_model("gpt-tiny")
+    layout = planner.Layout(pp=2, dp=1)
+    training = planner.Training(seq_len=64, global_batch=4, micro_batch=1)
+    report = planner.simulate(model, h100, layout, training)
+    for stage in (0, 1):
+        rows = compare(cpu_trace, report, stage=stage)
+        assert sum(r["predicted_s"] for r in rows) == pytest.approx(report.step_time_s)
+    first = {r["row"]: r["predicted_s"] for r in compare(cpu_trace, report, stage=0)}
+    last = {r["row"]: r["predicted_s"] for r in compare(cpu_trace, report, stage=1)}
+    assert last["logits + loss"] > first["logits + loss"] == 0.0
+    with pytest.raises(PlannerError, match="--stage"):
+        compare(cpu_trace, report, stage=2)
+
+
 def test_compare_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     layout = _layout_file(tmp_path)
     base = ["compare-trace", str(DDP_TRACE), "--model", "gpt-tiny", "--cluster", "dgx-h100"]

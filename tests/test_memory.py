@@ -235,6 +235,24 @@ def test_layers_in_flight_interleaved_few_microbatches():
     assert memory.layers_in_flight(per_stage, pp, v, 2) == pytest.approx(16)
 
 
+@pytest.mark.parametrize(
+    ("schedule", "v", "chunks"),
+    [("zb-h1", 1, 4), ("zb-h2", 1, 7), ("zbv", 2, 8), ("dualpipev", 2, 9)],
+)
+def test_layers_in_flight_by_schedule(schedule, v, chunks):
+    """pp = 4, m = 16: ZB-H1 p micro-batches, ZB-H2 2p - 1 (Qi et al. 2023, Table 1); ZB-V 2p
+    chunks of half a stage; DualPipe-V 2p + 1 (DualPipe README: PP + 1 with PP = 2p)."""
+    from planner.schedules import SCHEDULES
+
+    per_stage = 8
+    got = memory.layers_in_flight(per_stage, 4, v, 16, SCHEDULES[schedule])
+    assert got == pytest.approx(per_stage / v * chunks)
+    # ZB-H1 holds them on the last rank too (weight gradients pending); 1F1B one
+    last = memory.layers_in_flight(per_stage, 4, 1, 16, SCHEDULES["zb-h1"], rank=3)
+    assert last == pytest.approx(4 * per_stage)
+    assert memory.layers_in_flight(per_stage, 4, 1, 16, SCHEDULES["1f1b"], rank=3) == per_stage
+
+
 def test_logits_bytes_by_hand():
     """bf16 logits (2 B) and fp32 softmax (4 B) per token per vocab entry, TP-split."""
     spec = planner.load_model("llama3.1-8b")

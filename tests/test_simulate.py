@@ -221,6 +221,72 @@ def test_pipeline_closed_form():
     assert pipeline.layers_on_bottleneck_stage(126, 8) == 16
 
 
+def test_layers_per_rank_sum_to_the_model():
+    from planner.costs.pipeline import layers_on_edge_stage, layers_per_rank
+
+    for layers in (24, 30, 31, 32, 61, 126):
+        for pp in (1, 2, 3, 4, 8):
+            ranks = layers_per_rank(layers, pp)
+            assert sum(ranks) == layers and len(ranks) == pp
+            if pp > 2:
+                assert ranks[0] == ranks[-1] == layers_on_edge_stage(layers, pp)
+
+
+def test_schedule_time_is_the_1f1b_closed_form_for_1f1b():
+    from planner.schedules import SCHEDULES, StageTimes
+
+    for m, v in ((8, 1), (16, 2)):
+        stages = StageTimes(0.1, 0.37)
+        want = pipeline.pipeline_time_s(m, 0.1, 0.37, v)
+        name = "interleaved" if v > 1 else "1f1b"
+        assert pipeline.schedule_time_s(SCHEDULES[name], m, stages, v) == want
+
+
+# ---- the step plan ------------------------------------------------------------------------------
+def test_plan_stages_show_their_own_costs(llama8b, h100):
+    """The first rank carries the embedding, the last the logits and loss; the report's
+    breakdown is the bottleneck rank's, and every rank's breakdown sums to the step."""
+    report = _sim(llama8b, h100, tp=2, pp=4, dp=2, global_batch=64)
+    plan = report.plan
+    assert [st.role for st in plan.stages] == ["first", "middle", "last"]
+    first, middle, last = (plan.stage_of(r).per_microbatch for r in (0, 1, 3))
+    assert last["compute_logits_loss"] > 0.0 == first["compute_logits_loss"]
+    assert first["compute_memory_bound"] > middle["compute_memory_bound"]  # the embedding
+    m = report.microbatches
+    bott = plan.stage_of(plan.bottleneck_rank).per_microbatch
+    for cat, s in bott.items():
+        assert report.time_breakdown_s[cat] == pytest.approx(
+            s * m + (plan.dp_step_s if cat == "dp_comm" else 0.0)
+        )
+    for rank in range(plan.pp):
+        assert sum(plan.rank_breakdown_s(rank).values()) == pytest.approx(report.step_time_s)
+    # forward, input-gradient and weight-gradient passes split each rank's time
+    for st in plan.stages:
+        passes = [c.times() for c in st.chunks]
+        assert sum(p.total_s for p in passes) == pytest.approx(st.microbatch_s, rel=1e-12)
+        assert all(p.forward_s > 0 and p.input_grad_s > 0 and p.weight_grad_s > 0 for p in passes)
+    # comms say what hides them
+    tp = next(c for c in plan.stage_of(1).comms if c.category == "tp_comm")
+    assert tp.exposed_s == pytest.approx(middle["tp_comm"]) and tp.overlaps == "nothing"
+
+
+def test_plan_weight_gradient_is_the_weight_gemms(llama8b, h100):
+    """Without experts or recompute a layer's W is half its backward GEMM time: dX and dW
+    multiply the same shapes (compute.gemms_time_s)."""
+    plan = _sim(llama8b, h100, dp=8).plan
+    chunk = plan.stages[0].chunks[0]
+    per_layer_gemm = plan.stages[0].per_microbatch["compute_gemm"]
+    w = chunk.weight_grad["compute_gemm"]
+    f = chunk.forward["compute_gemm"]
+    assert w == pytest.approx(f, rel=1e-9)  # one GEMM each way per layer GEMM
+    assert per_layer_gemm == pytest.approx(3 * f, rel=0.02)  # + the logits GEMM
+
+
+def test_report_json_has_no_plan(llama8b, h100):
+    report = _sim(llama8b, h100, tp=2, pp=2, dp=4)
+    assert report.plan is not None and "plan" not in report.to_dict()
+
+
 # ---- errors ------------------------------------------------------------------------------------
 def test_tp_not_dividing_heads(llama8b, h100):
     with pytest.raises(planner.PlannerError) as info:

@@ -1,5 +1,6 @@
-"""The simulated step as a Chrome trace (planner/timeline.py): span, category sums, schedule,
-well-formed events."""
+"""The simulated step as a Chrome trace (planner/timeline.py): a view of the step plan. Span,
+category sums (bottleneck rank: the report; every rank: its own plan costs), schedule,
+well-formed events, for every schedule."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import planner
 from planner.errors import PlannerError
 from planner.report import TIME_CATEGORIES
-from planner.timeline import THREADS, build_timeline, schedule, stage_order, write_trace
+from planner.timeline import OP_CATEGORY, THREADS, build_timeline, write_trace
 
 REL = 1e-6
 
@@ -79,6 +80,36 @@ CASES = [
         planner.Training(seq_len=4096, global_batch=32, micro_batch=2, offload_layers=16),
     ),
     (
+        "zb-h1",
+        "gpt-1.7b",
+        planner.Layout(tp=2, pp=4, dp=1, schedule="zb-h1"),
+        planner.Training(seq_len=2048, global_batch=16, micro_batch=1),
+    ),
+    (
+        "zb-h2-zero2",
+        "gpt3-1.3b",
+        planner.Layout(tp=1, pp=4, dp=2, zero=2, schedule="zb-h2"),
+        planner.Training(seq_len=2048, global_batch=16, micro_batch=1),
+    ),
+    (
+        "interleaved-zb",
+        "gpt-1.7b",
+        planner.Layout(tp=2, pp=4, dp=1, vpp=2, schedule="interleaved-zb"),
+        planner.Training(seq_len=2048, global_batch=16, micro_batch=1),
+    ),
+    (
+        "zbv-zero3",
+        "gpt-1.7b",
+        planner.Layout(tp=1, pp=4, dp=2, vpp=2, zero=3, schedule="zbv"),
+        planner.Training(seq_len=2048, global_batch=16, micro_batch=1),
+    ),
+    (
+        "dualpipev-moe",
+        "mixtral-8x7b",
+        planner.Layout(tp=2, pp=4, dp=8, ep=8, vpp=2, schedule="dualpipev", overlap_ep_comm=True),
+        planner.Training(seq_len=4096, global_batch=64, micro_batch=1),
+    ),
+    (
         "no-dp-overlap",
         "gpt3-1.3b",
         planner.Layout(tp=1, pp=1, dp=8, zero=1, overlap_dp_grad_reduce=False),
@@ -108,29 +139,50 @@ def _span_s(events: list[dict[str, Any]]) -> float:
 
 
 def test_span_equals_step_time_on_every_stage(case: tuple[Any, ...]) -> None:
+    """Every rank spans the step: from 0, or under a schedule that tiles steps (each rank
+    starts its next step when done) from the rank's own start."""
     _, layout, _, report, trace = case
     assert trace["otherData"]["bottleneck_pid"] in range(layout.pp)
+    tiles = report.plan.schedule_object.tiles_steps
     for pid in range(layout.pp):
         events = _slices(trace, pid)
-        assert min(e["ts"] for e in events) == 0.0
+        assert min(e["ts"] for e in events) == 0.0 or (tiles and pid > 0)
         assert _span_s(events) == pytest.approx(report.step_time_s, rel=REL)
 
 
-def test_category_sums_equal_breakdown(case: tuple[Any, ...]) -> None:
+def _category_sums(trace: dict[str, Any], pid: int) -> dict[str, float]:
+    sums: dict[str, float] = defaultdict(float)
+    for e in _slices(trace, pid):
+        sums[e["cat"]] += e["dur"] / 1e6
+    return sums
+
+
+def test_category_sums_equal_breakdown_on_the_bottleneck(case: tuple[Any, ...]) -> None:
+    _, _, _, report, trace = case
+    pid = trace["otherData"]["bottleneck_pid"]
+    assert pid == report.plan.bottleneck_rank
+    sums = _category_sums(trace, pid)
+    for cat in TIME_CATEGORIES:
+        expected = report.time_breakdown_s[cat]
+        assert sums[cat] == pytest.approx(expected, rel=REL, abs=1e-12 * report.step_time_s), cat
+    # every slice is a planner category, an op parent, or hidden DP comm
+    assert set(sums) <= {*TIME_CATEGORIES, *OP_CATEGORY.values(), "dp_comm_overlapped"}
+
+
+def test_every_rank_shows_its_own_costs(case: tuple[Any, ...]) -> None:
+    """Each rank's slices sum to its own plan costs: the first with the embedding, the last
+    with the logits and loss (rank_breakdown_s), idle filling the rest of the step."""
     _, layout, _, report, trace = case
-    pids = {trace["otherData"]["bottleneck_pid"], 0, layout.pp - 1}
-    for pid in pids:
-        sums: dict[str, float] = defaultdict(float)
-        for e in _slices(trace, pid):
-            sums[e["cat"]] += e["dur"] / 1e6
+    for pid in range(layout.pp):
+        sums = _category_sums(trace, pid)
+        own = report.plan.rank_breakdown_s(pid)
         for cat in TIME_CATEGORIES:
-            expected = report.time_breakdown_s[cat]
-            assert sums[cat] == pytest.approx(expected, rel=REL, abs=1e-12 * report.step_time_s), (
-                pid,
-                cat,
-            )
-        # every slice is a planner category, a forward/backward parent, or hidden DP comm
-        assert set(sums) <= {*TIME_CATEGORIES, "forward", "backward", "dp_comm_overlapped"}
+            assert sums[cat] == pytest.approx(
+                own.get(cat, 0.0), rel=1e-5, abs=1e-9 * report.step_time_s
+            ), (pid, cat)
+    if layout.pp > 1 and report.plan.schedule_object.placement == "loop":
+        first, last = _category_sums(trace, 0), _category_sums(trace, layout.pp - 1)
+        assert last["compute_logits_loss"] > 0.0 == first["compute_logits_loss"]
 
 
 def test_events_well_formed(case: tuple[Any, ...]) -> None:
@@ -174,27 +226,39 @@ def test_valid_json_roundtrip(case: tuple[Any, ...], tmp_path: Any) -> None:
 
 def test_microbatch_slices(case: tuple[Any, ...]) -> None:
     _, layout, _, report, trace = case
-    v = layout.virtual_stages
-    compute = [e for e in _slices(trace, 0) if e["cat"] in ("forward", "backward")]
-    fwd = [e for e in compute if e["cat"] == "forward"]
-    bwd = [e for e in compute if e["cat"] == "backward"]
-    assert len(fwd) == len(bwd) == report.microbatches * v
+    plan = report.plan
+    v = plan.chunks
+    ops = [e for e in _slices(trace, 0) if e["cat"] in OP_CATEGORY.values()]
+    fwd = [e for e in ops if e["cat"] == "forward"]
+    assert len(fwd) == report.microbatches * v
     assert {e["args"]["microbatch"] for e in fwd} == set(range(report.microbatches))
+    if plan.schedule_object.splits_backward and layout.pp > 1:
+        # zero bubble: every micro-batch chunk has an input-gradient and a weight-gradient pass
+        # (DualPipe-V runs some backwards whole)
+        grads = [e for e in ops if e["cat"] in ("backward_input", "backward")]
+        weights = [e for e in ops if e["cat"] in ("backward_weight", "backward")]
+        assert len(grads) == len(weights) == report.microbatches * v
+    else:
+        assert len([e for e in ops if e["cat"] == "backward"]) == report.microbatches * v
     if v > 1:
-        assert all(" chunk" in e["name"] for e in compute)
-    # compute is split 1:2 between forward and backward (plus recompute in backward)
-    gemm_f = sum(
-        e["dur"] for e in _slices(trace, 0) if e["cat"] == "compute_gemm" and e["name"] == "gemm"
+        assert all(" chunk" in e["name"] for e in ops)
+    # the GEMMs of a full backward are the plan's input- and weight-gradient GEMMs
+    gemm = defaultdict(float)
+    for e in _slices(trace, 0):
+        if e["cat"] == "compute_gemm":
+            gemm[e["name"]] += e["dur"] / 1e6
+    stage = plan.stage_of(0)
+    want_f = sum(c.forward.get("compute_gemm", 0.0) for c in stage.chunks) * report.microbatches
+    assert gemm["gemm"] == pytest.approx(want_f, rel=REL)
+    want_b = sum(
+        c.input_grad.get("compute_gemm", 0.0) + c.weight_grad.get("compute_gemm", 0.0)
+        for c in stage.chunks
     )
-    gemm_b = sum(
-        e["dur"]
-        for e in _slices(trace, 0)
-        if e["cat"] == "compute_gemm" and e["name"] == "gemm backward"
-    )
-    assert gemm_b == pytest.approx(2.0 * gemm_f, rel=REL)
+    drawn_b = sum(v for k, v in gemm.items() if k != "gemm")
+    assert drawn_b == pytest.approx(want_b * report.microbatches, rel=REL)
 
 
-def test_pipeline_stages_idle_per_1f1b(case: tuple[Any, ...]) -> None:
+def test_pipeline_stages_wait_for_the_first_microbatch(case: tuple[Any, ...]) -> None:
     _, layout, _, report, trace = case
     first_f = {}
     for pid in range(layout.pp):
@@ -203,13 +267,14 @@ def test_pipeline_stages_idle_per_1f1b(case: tuple[Any, ...]) -> None:
         first_f[pid] = next(e["ts"] for e in compute if e["cat"] == "forward")
         if layout.pp > 1:
             sends = [e for e in events if e["tid"] == THREADS.index("pp_comm")]
-            assert len(sends) == 2 * report.microbatches * layout.virtual_stages
+            assert len(sends) == 2 * report.microbatches * report.plan.chunks
         else:
             assert report.time_breakdown_s["pipeline_bubble"] == 0.0
             assert not any(e["cat"] == "pipeline_bubble" for e in events)
     # later stages wait for the first micro-batch to arrive
     assert first_f[0] == 0.0
     assert all(first_f[s] < first_f[s + 1] for s in range(layout.pp - 1))
+    assert trace["otherData"]["schedule"] == (report.plan.schedule if layout.pp > 1 else "none")
 
 
 def test_dp_reduction_and_optimizer_close_the_step(case: tuple[Any, ...]) -> None:
@@ -218,69 +283,27 @@ def test_dp_reduction_and_optimizer_close_the_step(case: tuple[Any, ...]) -> Non
     step_us = report.step_time_s * 1e6
     opt = [e for e in events if e["cat"] == "optimizer"]
     assert len(opt) == 1 and opt[0]["ts"] + opt[0]["dur"] == pytest.approx(step_us, rel=REL)
-    last_b_end = max(e["ts"] + e["dur"] for e in events if e["cat"] == "backward")
+    last_b_end = max(
+        e["ts"] + e["dur"]
+        for e in events
+        if e["cat"] in ("backward", "backward_input", "backward_weight")
+    )
     dp = [e for e in events if e["cat"] == "dp_comm"]
     hidden = [e for e in events if e["cat"] == "dp_comm_overlapped"]
+    step_dp = [e for e in dp if e["name"].endswith("(exposed)") and e["ts"] >= last_b_end]
     if layout.zero >= 2:
-        # per micro-batch: inside the forward/backward slices, nothing after the last backward
-        assert all(e["ts"] + e["dur"] <= last_b_end * (1 + REL) for e in dp)
+        # per micro-batch inside the op slices; ZeRO-2's parameter all-gather once at the end
         assert not hidden
+        assert sum(e["dur"] for e in step_dp) == pytest.approx(
+            report.plan.dp_step_s * 1e6, rel=REL, abs=1e-6
+        )
+        assert all(e["ts"] + e["dur"] <= last_b_end * (1 + REL) for e in dp if e not in step_dp)
     else:
         assert len(dp) <= 1
         for e in dp:  # the exposed tail comes after the pipeline drains, before the optimizer
             assert e["ts"] >= last_b_end * (1 - REL)
             assert e["ts"] + e["dur"] == pytest.approx(opt[0]["ts"], rel=REL)
         assert bool(hidden) == (layout.overlap_dp_grad_reduce and layout.dp * layout.cp > 1)
-
-
-@pytest.mark.parametrize(("pp", "vpp", "m"), [(1, 1, 4), (4, 1, 8), (4, 2, 8), (8, 4, 16)])
-def test_schedule_ideal_makespan(pp: int, vpp: int, m: int) -> None:
-    """With m a multiple of pp, equal stages take (m v + p - 1)(f + b) (Narayanan et al.)."""
-    f, b = 1.0, 2.0
-    orders, starts = schedule(pp, vpp, m, f, b)
-    end = max(
-        st[-1] + (f if od[-1].kind == "F" else b) for od, st in zip(orders, starts, strict=True)
-    )
-    assert end == pytest.approx((m * vpp + pp - 1) * (f + b))
-
-
-@pytest.mark.parametrize(("pp", "vpp", "m"), [(4, 1, 3), (4, 3, 5), (8, 4, 9), (3, 2, 1)])
-def test_schedule_never_deadlocks(pp: int, vpp: int, m: int) -> None:
-    orders, starts = schedule(pp, vpp, m, 1.0, 2.0)
-    for order, st in zip(orders, starts, strict=True):
-        assert len(order) == len(st) == 2 * m * vpp
-        assert st == sorted(st)
-        seen_f = set()
-        for op in order:  # each (mb, chunk) runs forward before backward on its stage
-            if op.kind == "F":
-                seen_f.add((op.mb, op.chunk))
-            else:
-                assert (op.mb, op.chunk) in seen_f
-
-
-@pytest.mark.parametrize(("pp", "vpp", "m"), [(4, 1, 6), (4, 2, 8), (4, 3, 5), (8, 4, 9)])
-def test_schedule_respects_dependencies(pp: int, vpp: int, m: int) -> None:
-    """A forward starts after the previous virtual stage's forward of the same micro-batch
-    ends; a backward after the next virtual stage's backward (or its own forward)."""
-    f, b = 1.0, 2.0
-    orders, starts = schedule(pp, vpp, m, f, b)
-    end = {}
-    for s, (order, st) in enumerate(zip(orders, starts, strict=True)):
-        for op, t in zip(order, st, strict=True):
-            end[(op.kind, op.mb, op.chunk * pp + s)] = (t, t + (f if op.kind == "F" else b))
-    last = pp * vpp - 1
-    for (kind, mb, vs), (t, _) in end.items():
-        if kind == "F" and vs > 0:
-            assert t >= end[("F", mb, vs - 1)][1] - 1e-12
-        if kind == "B":
-            dep = ("B", mb, vs + 1) if vs < last else ("F", mb, vs)
-            assert t >= end[dep][1] - 1e-12
-
-
-def test_1f1b_order() -> None:
-    """Stage s warms up with pp - s - 1 forwards, then alternates."""
-    kinds = ["".join(op.kind for op in stage_order(s, 4, 1, 6)) for s in range(4)]
-    assert kinds == ["FFFFBFBFBBBB", "FFFBFBFBFBBB", "FFBFBFBFBFBB", "FBFBFBFBFBFB"]
 
 
 def test_write_trace_unwritable_path(tmp_path: Any, h100: planner.Cluster) -> None:
@@ -322,3 +345,31 @@ def test_simulate_trace_flag_writes_a_trace_spanning_the_step(tmp_path, capsys):
     events = [e for e in _json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
     span_us = max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)
     assert span_us == pytest.approx(step_s * 1e6, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "vpp"),
+    [("1f1b", None), ("interleaved", 2), ("zb-h1", None), ("zb-h2", None), ("zbv", 2)]
+    + [("interleaved-zb", 2), ("dualpipev", 2)],
+)
+def test_app_chart_draws_every_schedule(schedule: str, vpp: int | None, h100) -> None:
+    """The app's pipeline chart is a view of the same plan: its schedule, each stage's own
+    costs, weight-gradient blocks for the zero-bubble schedules."""
+    pytest.importorskip("plotly")
+    from app_pages import charts
+
+    model = planner.load_model("gpt-1.7b")
+    layout = planner.Layout(tp=2, pp=4, dp=1, vpp=vpp, schedule=schedule)
+    report = planner.simulate(model, h100, layout, planner.Training(seq_len=2048, global_batch=16))
+    tl = charts.pipeline_timeline(report, layout.pp, layout.virtual_stages)
+    assert tl.schedule == schedule and tl.vpp == report.plan.chunks
+    kinds = {b.kind for b in tl.blocks}
+    assert {"forward", "backward", "optimizer"} <= kinds
+    assert ("weight" in kinds) == report.plan.schedule_object.splits_backward
+    assert {b.stage for b in tl.blocks} == set(range(4))
+    busy = {
+        s: sum(b.dur_s for b in tl.blocks if b.stage == s and b.kind != "bubble") for s in range(4)
+    }
+    heavy = 0 if report.plan.schedule_object.placement == "v" else 3  # holds the logits, loss
+    assert busy[heavy] > busy[1]
+    charts.pipeline_figure(tl)

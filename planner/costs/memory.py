@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from planner.costs import mixers
 from planner.costs.flops import as_layer
+from planner.schedules import SCHEDULES, Schedule, default_schedule_name
 from planner.specs.blocks import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -152,19 +153,28 @@ def _mlp_bytes(
 
 
 def layers_in_flight(
-    layers_per_stage: float, pp: int, vpp: int, microbatches: int, first_stage: bool = True
+    layers_per_stage: float,
+    pp: int,
+    vpp: int,
+    microbatches: int,
+    schedule: Schedule | None = None,
+    rank: int = 0,
 ) -> float:
-    """Layers' worth of micro-batch activations the first pipeline stage holds at peak.
+    """Layers' worth of micro-batch activations pipeline ``rank`` holds at its peak.
 
-    1F1B: min(m, pp) micro-batches (Narayanan et al. 2021, section 2.2.1). Interleaved with v
-    chunks: Megatron warms up (pp-1)*2 + (v-1)*pp chunks on rank 0, i.e. pp*(v+1)-1 chunks of
-    L/(pp v) layers in flight.
+    ``schedule`` (default: interleaved iff vpp > 1) counts the micro-batch chunks in flight
+    (planner/schedules/): 1F1B holds min(m, pp) micro-batches on the first rank (Narayanan et
+    al. 2021, section 2.2.1); interleaved with v chunks, Megatron warms up (pp-1)*2 + (v-1)*pp
+    chunks on rank 0, i.e. pp*(v+1)-1 chunks of L/(pp v) layers in flight; ZB-H1 p and ZB-H2
+    2p - 1 micro-batches on every rank (Qi et al. 2023, Table 1); ZB-V 2p chunks of L/(2p)
+    layers; DualPipe-V 2p + 1.
     """
     if pp == 1:
         return layers_per_stage
+    sched = schedule or SCHEDULES[default_schedule_name(vpp)]
+    chunks = sched.peak_chunks(rank, pp, vpp, microbatches)
     if vpp <= 1:
-        return layers_per_stage * min(microbatches, pp)
-    chunks = min(microbatches * vpp, pp * (vpp + 1) - 1)
+        return layers_per_stage * chunks
     return layers_per_stage / vpp * chunks
 
 

@@ -7,12 +7,16 @@ stages per rank, a synchronous 1F1B / interleaved-1F1B step takes
 
 which for equal stages is (m + (p-1)/v) t, the bubble of Narayanan et al. 2021, section 2.2
 (fraction (p-1)/(v m)). Unequal stages (embedding on the first, logits and loss on the last)
-make the slowest stage set the steady-state rate.
+make the slowest stage set the steady-state rate. Every schedule (planner/schedules/) gives its
+own bubble from the same stage times, split into forward, input-gradient and weight-gradient
+passes where it schedules them apart (zero bubble, Qi et al. 2023).
 """
 
 from __future__ import annotations
 
 import math
+
+from planner.schedules import Schedule, StageTimes
 
 
 def microbatches_per_step(global_batch: int, micro_batch: int, dp: int) -> int:
@@ -35,10 +39,35 @@ def layers_on_edge_stage(layers: int, pp: int) -> int:
     return layers // pp
 
 
+def layers_per_rank(layers: int, pp: int) -> list[int]:
+    """Layers of each pipeline rank: the edge ranks' share (:func:`layers_on_edge_stage`), the
+    rest over the middle ranks, the larger counts first (with pp = 2 the first rank takes the
+    odd layer; the step model costs both ranks with the larger share)."""
+    if pp == 1:
+        return [layers]
+    edge = layers_on_edge_stage(layers, pp)
+    middle = layers - 2 * edge
+    if pp == 2:
+        return [edge, layers - edge]
+    base, extra = divmod(middle, pp - 2)
+    return [edge] + [base + (1 if i < extra else 0) for i in range(pp - 2)] + [edge]
+
+
 def pipeline_time_s(
     microbatches: int, stage_max_s: float, stage_sum_s: float, vpp: int
 ) -> tuple[float, float]:
-    """(steady-state time m * t_max, bubble time) of one step, seconds."""
+    """(steady-state time m * t_max, bubble time) of one 1F1B / interleaved step, seconds."""
     steady = microbatches * stage_max_s
     bubble = max(stage_sum_s - stage_max_s, 0.0) / max(vpp, 1)
     return steady, bubble
+
+
+def schedule_time_s(
+    schedule: Schedule, microbatches: int, stages: StageTimes, chunks: int
+) -> tuple[float, float]:
+    """(steady-state time m * t_max, bubble time) of one step under ``schedule``, seconds.
+
+    For 1F1B and interleaved 1F1B this is :func:`pipeline_time_s`; the zero-bubble and V
+    schedules take the bubble of their op order (planner/schedules/)."""
+    steady = microbatches * stages.max_s
+    return steady, schedule.bubble_s(stages, microbatches, chunks)

@@ -40,7 +40,10 @@ METHODS = ("auto", "exhaustive", "optuna")
 
 @dataclass
 class SearchResult:
-    """What a search found. ``ranked``: evaluated candidates, best first (feasible first)."""
+    """What a search found. ``ranked``: evaluated candidates, best first (feasible first).
+    ``rejected_by_rule``: rule name -> candidates that legality rule removed before simulation
+    (``planner.legality.SEARCH_RULES``; with Optuna, the structural levels only).
+    ``infeasible``: reason -> candidates dropped, those rules' counts included."""
 
     method: str
     ranked: list[Evaluated]
@@ -50,6 +53,7 @@ class SearchResult:
     space_size: int | None
     notes: list[str] = field(default_factory=list)
     pareto: dict[str, list[Evaluated]] = field(default_factory=dict)
+    rejected_by_rule: dict[str, int] = field(default_factory=dict)
 
     @property
     def best(self) -> Evaluated:
@@ -189,6 +193,7 @@ def search(
         time.perf_counter() - start,
         size,
         notes,
+        rejected_by_rule=dict(space.rejected),
     )
     if pareto:
         result.pareto = {

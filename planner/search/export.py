@@ -3,6 +3,8 @@
 * :func:`layout_yaml`: the planner's own YAML, read back by :func:`load_layout_file` and by
   ``planner simulate --layout FILE``.
 * :func:`megatron_args`: Megatron-LM / Megatron-Core command-line arguments (``pretrain_gpt.py``).
+  Schedules Megatron-LM cannot run (zero bubble, V-shaped; planner/schedules/) are said so in a
+  comment naming the fork or framework that runs them.
   ZeRO-3 has no Megatron-LM optimizer flag: a comment suggests Megatron-FSDP
   (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params``) or torch FSDP.
 * :func:`torchtitan_toml`: a torchtitan job-config fragment. Key names follow the dataclasses of
@@ -10,7 +12,9 @@
   ``[training]`` local_batch_size, global_batch_size, seq_len, mixed_precision_param;
   ``[parallelism]`` data_parallel_replicate_degree, data_parallel_shard_degree,
   tensor_parallel_degree, enable_async_tensor_parallel, pipeline_parallel_degree,
-  pipeline_parallel_schedule ("1F1B", "Interleaved1F1B"), pipeline_parallel_microbatch_size,
+  pipeline_parallel_schedule (torch.distributed.pipelining ``get_schedule_class`` names, from
+  the layout's schedule object: "1F1B", "Interleaved1F1B", "InterleavedZeroBubble",
+  "ZBVZeroBubble", "DualPipeV"), pipeline_parallel_microbatch_size,
   context_parallel_degree, expert_parallel_degree; ``[activation_checkpoint]`` mode
   ("none" | "selective" | "full"), selective_ac_option; ``[model]`` converters (["float8"]).
   Newer torchtitan releases moved some of these (e.g. float8 under ``quantize.linear.float8``);
@@ -32,6 +36,7 @@ from typing import Any
 import yaml
 
 from planner.errors import PlannerError
+from planner.schedules import schedule_of
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import parse_spec, read_yaml_file
 from planner.specs.model import ModelSpec
@@ -150,7 +155,13 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
         f"--tensor-model-parallel-size {layout.tp}",
         f"--pipeline-model-parallel-size {layout.pp}",
     ]
-    lines += _pipeline_split_args(model, layout)
+    sched = schedule_of(layout)
+    if layout.pp > 1 and sched.megatron is None:
+        # Megatron-LM would run these chunks interleaved: say what runs the schedule instead
+        lines.append(f"# pipeline schedule {sched.name} ({sched.title}): {sched.megatron_note}")
+        lines += [a for a in _pipeline_split_args(model, layout) if "virtual" not in a]
+    else:
+        lines += _pipeline_split_args(model, layout)
     lines.append(f"--context-parallel-size {layout.cp}")
     if model.moe is not None:
         lines.append(f"--expert-model-parallel-size {layout.ep}")
@@ -265,12 +276,19 @@ def torchtitan_toml(model: ModelSpec, gpus: int, layout: Layout, training: Train
     ]
     if layout.overlap_tp_comm and layout.tp > 1:
         parallel.append(("enable_async_tensor_parallel", True))  # needs [compile] enable
-    schedule = "Interleaved1F1B" if layout.pipeline_schedule == "interleaved" else "1F1B"
-    parallel += [
-        ("pipeline_parallel_degree", layout.pp),
-        ("pipeline_parallel_schedule", schedule),
-        ("pipeline_parallel_microbatch_size", training.micro_batch),
-    ]
+    sched = schedule_of(layout)
+    parallel.append(("pipeline_parallel_degree", layout.pp))
+    if sched.torchtitan is not None:
+        parallel.append(("pipeline_parallel_schedule", sched.torchtitan))
+        if sched.torchtitan_note and layout.pp > 1:
+            lines += [f"# pipeline schedule {sched.torchtitan}: {sched.torchtitan_note}", ""]
+    else:
+        lines += [
+            f"# pipeline schedule {sched.name} ({sched.title}) has no torchtitan name: "
+            f"{sched.torchtitan_note}; pipeline_parallel_schedule left unset",
+            "",
+        ]
+    parallel.append(("pipeline_parallel_microbatch_size", training.micro_batch))
     if layout.virtual_stages > 1 and _even_stages(model, layout):
         per_stage = model.layers // (layout.pp * layout.virtual_stages)
         parallel.append(("pipeline_parallel_layers_per_stage", per_stage))

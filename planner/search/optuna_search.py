@@ -50,7 +50,7 @@ from planner.search.space import (
     Knobs,
     SearchSpace,
     Structure,
-    make_candidate,
+    repaired_candidate,
     structures,
 )
 from planner.specs.hardware import Cluster
@@ -263,7 +263,9 @@ class LayoutObjective:
         trial.set_user_attr("worker", self.rank)
         x, knobs = self.enc.suggest(trial)
         s = self.enc.repair(x)
-        layout, tr = make_candidate(s, knobs, self.training)
+        layout, tr = repaired_candidate(
+            self.evaluator.model, self.evaluator.cluster, s, knobs, self.training
+        )
         duplicate = (s.gpus, layout, tr) in self.evaluator.cache
         self.duplicates += duplicate
         ev = self.evaluator(s.gpus, layout, tr)

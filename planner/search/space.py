@@ -1,22 +1,26 @@
 """The one generator of legal layouts, used by every search method.
 
-A candidate is a (gpus, Layout, Training). The structural part (tp, cp, pp, vpp, ep, dp,
-micro-batch) is enumerated under the divisibility rules of ``planner.legality.check_layout``
-(heads and kv_heads by tp; layers, or layers + embedding + loss, by pp*vpp when interleaving;
-global batch by micro_batch*dp; experts by ep; tp within one scale-up domain); the knobs (recompute, ZeRO stage, sequence parallelism, overlap
-switches) multiply it. Structural rejections are counted with their reasons.
+A candidate is a (gpus, Layout, Training). The generator enumerates the structural part (tp, cp,
+pp, vpp, ep, dp, micro-batch) over the space's domains (tp within one scale-up domain by default,
+pp among the divisors of the layers and the powers of two) and multiplies it by the knobs
+(recompute, ZeRO stage, sequence parallelism, overlap switches). Every legality decision is a
+rule's (``planner.legality.SEARCH_RULES``): each rule is checked at the first of three levels
+where every field it reads is set: (gpus, tp, cp, pp), then (vpp, ep, micro-batch), then the
+knobs. ``SearchSpace.rejected`` counts, per rule name, the distinct candidates it removed (a
+rejection at an outer level removes every candidate below it); within a level the first broken
+rule in rule order takes the count.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
 
 from planner.divisors import divisors
 from planner.errors import PlannerError
-from planner.legality import check_layout
+from planner.legality import SEARCH_RULES, Candidate, Rule, check_layout
 from planner.search.budget import NO_DEADLINE, Deadline
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -41,7 +45,7 @@ class Structure:
 
 @dataclass(frozen=True)
 class Knobs:
-    """Switches that never break legality."""
+    """The switches of a candidate (the knob rules of ``SEARCH_RULES`` may reject some)."""
 
     recompute: str
     zero: int
@@ -53,7 +57,9 @@ class Knobs:
 
 @dataclass
 class SearchSpace:
-    """What the search may vary; None means "every legal value" for that axis."""
+    """What the search may vary; None means "every legal value" for that axis (tp: powers of two
+    within one scale-up domain; tp above the domain is never searched). ``rejected``: rule name
+    -> candidates that rule removed in the last enumeration (see the module docstring)."""
 
     gpus: tuple[int, ...]
     tp: tuple[int, ...] | None = None
@@ -95,6 +101,54 @@ def default_space(
     return SearchSpace(gpus=gpus, cp=cp or (1,), ep=ep or (1,), overlap_ep_comm=overlap_ep)
 
 
+# the fields each level of the enumeration sets; every other field is constant within a search
+OUTER_FIELDS = frozenset({"gpus", "tp", "cp", "pp", "dp"})
+INNER_FIELDS = frozenset({"vpp", "ep", "micro_batch"})
+KNOB_FIELDS = frozenset(f.name for f in fields(Knobs))
+
+
+def rule_levels(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], ...]:
+    """``rules`` split by the level that sets all they read: outer, inner, knobs (rule order)."""
+
+    def level(rule: Rule) -> int:
+        return 2 if rule.reads & KNOB_FIELDS else 1 if rule.reads & INNER_FIELDS else 0
+
+    return tuple(tuple(r for r in rules if level(r) == i) for i in range(3))
+
+
+OUTER_RULES, INNER_RULES, KNOB_RULES = rule_levels(SEARCH_RULES)
+
+
+def _broken(rules: Sequence[Rule], c: Candidate) -> str | None:
+    """Name of the first rule ``c`` breaks."""
+    for rule in rules:
+        if rule.check(c) is not None:
+            return rule.name
+    return None
+
+
+def _collapse(k: Knobs, tp: int, ep: int) -> Knobs:
+    """Knobs that cannot matter switched off: sequence parallelism and TP overlap at tp 1, EP
+    overlap at ep 1 (so one layout is never produced twice)."""
+    if tp > 1 and ep > 1:
+        return k
+    return replace(
+        k,
+        sequence_parallel=k.sequence_parallel and tp > 1,
+        overlap_tp_comm=k.overlap_tp_comm and tp > 1,
+        overlap_ep_comm=k.overlap_ep_comm and ep > 1,
+    )
+
+
+def _distinct_knobs(space: SearchSpace) -> dict[tuple[bool, bool], int]:
+    """(tp > 1, ep > 1) -> how many distinct knob settings a structure of that kind has."""
+    knobs = space.knobs()
+    return {
+        (tp > 1, ep > 1): len({_collapse(k, tp, ep) for k in knobs})
+        for tp, ep in itertools.product((1, 2), (1, 2))
+    }
+
+
 def structures(
     model: ModelSpec,
     cluster: Cluster,
@@ -102,54 +156,53 @@ def structures(
     space: SearchSpace,
     deadline: Deadline = NO_DEADLINE,
 ) -> Iterator[Structure]:
-    """Every legal structure; rejected ones are counted in ``space.rejected`` by reason.
+    """Every structure that no outer or inner rule rejects; ``space.rejected`` counts, per rule,
+    the candidates (structures times their distinct knob settings) each rejection removed.
 
     ``deadline`` is ticked once per structural combination tried (legal or not). The pipeline
     degrees come from :func:`planner.divisors.divisors` (O(sqrt layers), none listed above
     1e12 layers), so no layer count makes the generator loop for long."""
     domain = cluster.spec.scale_up_domain_gpus
-    tps = space.tp or tuple(t for t in POW2 if t <= domain)
+    tps = tuple(t for t in (space.tp or POW2) if t <= domain)
     # divisors of the layers, and powers of two with an uneven split (Megatron gives the edge
     # stages fewer layers; --account-for-embedding/loss-in-pipeline-split)
     pps = space.pp or tuple(
         sorted(set(divisors(model.layers)) | {p for p in POW2 if p <= model.layers})
     )
     eps = space.ep or (1,)
+    knobs = _distinct_knobs(space)
+    below_outer = {
+        tp: len(space.vpp) * len(space.micro_batch) * sum(knobs[tp > 1, ep > 1] for ep in eps)
+        for tp in tps
+    }
+    trainings = {mb: training.model_copy(update={"micro_batch": mb}) for mb in space.micro_batch}
     rej = space.rejected
     for gpus in space.gpus:
         for tp, cp, pp in itertools.product(tps, space.cp, pps):
             deadline.tick()
-            if model.heads % tp or (model.mla is None and model.n_kv_heads % tp):
-                rej["tp does not divide heads or kv_heads"] += 1
+            # unchecked: the world-size rule is what rejects a pp (or dp) past the spec's caps
+            dp = max(1, gpus // (tp * cp * pp))
+            outer = Layout.model_construct(tp=tp, pp=pp, dp=dp, cp=cp)
+            broken = _broken(OUTER_RULES, Candidate(model, cluster, outer, training, gpus))
+            if broken:
+                rej[broken] += below_outer[tp]
                 continue
-            if tp > domain:
-                rej["tp spans more than one scale-up domain"] += 1
-                continue
-            if gpus % (tp * cp * pp):
-                rej["tp*cp*pp does not divide the GPU count"] += 1
-                continue
-            if cp > 1 and training.seq_len % (2 * cp):
-                rej["seq_len not divisible by 2*cp"] += 1
-                continue
-            dp = gpus // (tp * cp * pp)
-            for vpp, ep, mb in itertools.product(space.vpp, eps, space.micro_batch):
-                deadline.tick()
-                if vpp > 1 and (
-                    pp == 1 or (model.layers % (pp * vpp) and (model.layers + 2) % (pp * vpp))
-                ):
-                    rej["layers (+ embedding and loss) not divisible by pp*vpp"] += 1
-                    continue
-                if ep > 1 and (model.moe is None or model.moe.experts % ep or (tp * dp * cp) % ep):
-                    rej["ep does not divide experts or tp*dp*cp"] += 1
-                    continue
-                if training.global_batch % (mb * dp):
-                    rej["global batch not divisible by micro_batch*dp"] += 1
-                    continue
-                yield Structure(gpus, tp, cp, pp, vpp, ep, dp, mb)
+            for vpp, ep in itertools.product(space.vpp, eps):
+                inner = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp if vpp > 1 else None)
+                for mb in space.micro_batch:
+                    deadline.tick()
+                    c = Candidate(model, cluster, inner, trainings[mb], gpus)
+                    broken = _broken(INNER_RULES, c)
+                    if broken:
+                        rej[broken] += knobs[tp > 1, ep > 1]
+                        continue
+                    yield Structure(gpus, tp, cp, pp, vpp, ep, dp, mb)
 
 
 def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, Training]:
-    """The Layout and Training of one structure and knob setting."""
+    """The Layout and Training of one structure and knob setting (knobs that cannot matter
+    switched off); not checked against the knob rules (see :func:`repaired_candidate`)."""
+    k = _collapse(k, s.tp, s.ep)
     layout = Layout(
         tp=s.tp,
         pp=s.pp,
@@ -157,14 +210,31 @@ def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, 
         cp=s.cp,
         ep=s.ep,
         vpp=s.vpp if s.vpp > 1 else None,
-        sequence_parallel=k.sequence_parallel and s.tp > 1,
+        sequence_parallel=k.sequence_parallel,
         zero=k.zero,
-        overlap_tp_comm=k.overlap_tp_comm and s.tp > 1,
+        overlap_tp_comm=k.overlap_tp_comm,
         overlap_dp_grad_reduce=k.overlap_dp_grad_reduce,
-        overlap_ep_comm=k.overlap_ep_comm and s.ep > 1 and (s.pp == 1 or s.vpp > 1),
+        overlap_ep_comm=k.overlap_ep_comm,
     )
     tr = training.model_copy(update={"micro_batch": s.micro_batch, "recompute": k.recompute})
     return layout, tr
+
+
+def repaired_candidate(
+    model: ModelSpec, cluster: Cluster, s: Structure, k: Knobs, training: Training
+) -> tuple[Layout, Training]:
+    """The candidate of a legal structure and any knobs: each boolean knob a rule rejects is
+    switched off (Optuna suggests the knobs independently of the structure)."""
+    while True:  # each pass switches one knob off, or raises
+        layout, tr = make_candidate(s, k, training)
+        c = Candidate(model, cluster, layout, tr, s.gpus)
+        v = next((v for v in (r.on(c) for r in KNOB_RULES) if v is not None), None)
+        if v is None:
+            return layout, tr
+        knob = v.field.rpartition(".")[2]
+        if getattr(k, knob, None) is not True:  # not a switch: the structure was not legal
+            raise v.error()
+        k = replace(k, **{knob: False})
 
 
 def legal_layouts(
@@ -191,7 +261,11 @@ def legal_layouts(
             if key in seen:
                 continue
             seen.add(key)
-            yield s.gpus, layout, tr
+            broken = _broken(KNOB_RULES, Candidate(model, cluster, layout, tr, s.gpus))
+            if broken:
+                space.rejected[broken] += 1
+                continue
+            yield key
 
 
 def assert_legal(

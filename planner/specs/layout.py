@@ -10,6 +10,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
+from planner.schedules import vpp_error
 from planner.specs.base import (
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
@@ -21,7 +22,8 @@ from planner.specs.base import (
 
 Recompute = Literal["none", "selective", "full"]
 TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
-Schedule = Literal["1f1b", "interleaved"]
+# pipeline schedules: planner/schedules/ (one object each; docs/model.md, Pipeline)
+Schedule = Literal["1f1b", "interleaved", "zb-h1", "zb-h2", "interleaved-zb", "zbv", "dualpipev"]
 AttentionKernel = Literal["fused", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 # How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
@@ -54,7 +56,12 @@ class Layout(_Frozen):
     zero: Literal[0, 1, 2, 3] = Field(
         default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params"
     )
-    schedule: Schedule | None = Field(default=None, description="None: interleaved iff vpp > 1")
+    schedule: Schedule | None = Field(
+        default=None,
+        description="pipeline schedule: 1f1b, interleaved (vpp >= 2), zb-h1, zb-h2 (zero bubble, "
+        "Qi et al. 2023), interleaved-zb (vpp >= 2), zbv, dualpipev (V-shaped, vpp 2); None: "
+        "interleaved iff vpp > 1",
+    )
     overlap_dp_grad_reduce: bool = True
     overlap_tp_comm: bool = False
     overlap_zero3_param_gather: bool = True
@@ -78,8 +85,9 @@ class Layout(_Frozen):
                 f"tp*cp*dp*pp = {self.world_size:,} GPUs exceeds the planner's cap of "
                 f"{MAX_GPUS:,} GPUs per job"
             )
-        if self.schedule == "interleaved" and (self.vpp or 1) < 2:
-            raise ValueError("schedule 'interleaved' needs vpp >= 2")
+        wrong_vpp = vpp_error(self.schedule, self.vpp)
+        if wrong_vpp:
+            raise ValueError(wrong_vpp)
         if self.sequence_parallel and self.tp == 1:
             # harmless in Megatron (it is a no-op), keep it accepted but meaningless
             pass

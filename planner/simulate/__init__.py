@@ -1,0 +1,57 @@
+"""Predict one optimizer step: the StepPlan and its StepReport (pure: no I/O).
+
+``simulate_step`` runs the named stages in order: layer costs (``layers``), stage costs and
+data-parallel traffic (``stages``), the pipeline under the layout's schedule, the memory peak
+and utilisation (``step``), and the plan per rank, chunk and pass (``planning``).
+"""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+from planner.profile import CalibrationProfile
+from planner.report import StepReport
+from planner.simulate.layers import TP_OVERLAP_FRACTION, moe_imbalance
+from planner.simulate.notes import check_finite, default_assumptions
+from planner.simulate.stages import DP_BUCKET_PARAMS, HOST_LINK_EFFICIENCY, offload_exposed_s
+from planner.simulate.step import build_step
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+
+def simulate_step(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+    check: bool = True,
+) -> StepReport:
+    """Predict one optimizer step of ``model`` on ``cluster`` under ``layout``.
+
+    Raises PlannerError for an illegal layout; a legal one that does not fit in memory returns
+    a report with ``fits=False`` and the reason in ``feasibility``. Every figure of the report
+    is finite: a non-finite one (or an arithmetic overflow) is a PlannerError naming the
+    figure and the inputs it comes from, never a report. ``report.plan`` is the StepPlan.
+    """
+    try:
+        report = build_step(model, cluster, layout, training, profile, check)
+    except (OverflowError, ZeroDivisionError) as exc:
+        raise PlannerError(
+            "inputs",
+            f"the step cannot be costed ({type(exc).__name__}: {exc})",
+            "specs and profile within their documented ranges (docs/limits.md)",
+        ) from None
+    return check_finite(report)
+
+
+__all__ = [
+    "DP_BUCKET_PARAMS",
+    "HOST_LINK_EFFICIENCY",
+    "TP_OVERLAP_FRACTION",
+    "check_finite",
+    "default_assumptions",
+    "moe_imbalance",
+    "offload_exposed_s",
+    "simulate_step",
+]

@@ -1,0 +1,412 @@
+"""Stage costs: the layers of each pipeline rank plus its edge work, parameters and DP traffic.
+
+The named stages of ``simulate_step`` between the layer costs and the pipeline: the edges
+(embedding on the first rank, logits + loss and MTP on the last), the parameters each rank
+holds, the data-parallel traffic, and the per-micro-batch seconds of every rank by category.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.costs import comms, compute, elementwise, flops, memory, pipeline
+from planner.profile import CalibrationProfile
+from planner.schedules import Schedule, schedule_of
+from planner.simulate.layers import (
+    LAYER_KEYS,
+    LayerCosts,
+    layer_costs,
+    layer_params_per_gpu,
+    mean_costs,
+)
+from planner.specs.blocks import LayerSpec
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+# Megatron-Core DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot overlap.
+DP_BUCKET_PARAMS = 40e6
+# Achieved over peak host-link bandwidth: nvbandwidth on 8 x H200 measures 55.4 GB/s
+# host-to-device and 55.1 GB/s device-to-host on PCIe Gen5 x16 (63 GB/s; shared/reference
+# hardware.md A3).
+HOST_LINK_EFFICIENCY = 0.88
+
+
+@dataclass(slots=True)
+class Context:
+    """The specs of one simulation and what every stage derives from them once."""
+
+    model: ModelSpec
+    cluster: Cluster
+    layout: Layout
+    training: Training
+    profile: CalibrationProfile
+    dev: compute.Device
+    fabric: comms.Fabric
+    groups: comms.Groups
+    microbatches: int
+    tokens: float  # per GPU per micro-batch
+    vpp: int  # model chunks per rank
+    schedule: Schedule
+
+    @property
+    def both_ends(self) -> bool:
+        """Whether one rank holds the embedding and the loss (no pipeline, or a V)."""
+        return self.layout.pp == 1 or self.schedule.placement == "v"
+
+
+def make_context(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+) -> Context:
+    dev = compute.make_device(
+        cluster.accelerator,
+        profile,
+        training.precision,
+        training.attention_kernel,
+        "layernorm" if model.activation == "gelu" else "rmsnorm",
+    )
+    fabric = comms.make_fabric(cluster, profile)
+    groups = comms.place_groups(
+        layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, fabric.domain_gpus, layout.expert_tp
+    )
+    m = pipeline.microbatches_per_step(training.global_batch, training.micro_batch, layout.dp)
+    tokens = flops.tokens_per_gpu(layout, training)
+    return Context(
+        model,
+        cluster,
+        layout,
+        training,
+        profile,
+        dev,
+        fabric,
+        groups,
+        m,
+        tokens,
+        layout.virtual_stages,
+        schedule_of(layout),
+    )
+
+
+@dataclass(slots=True)
+class Stack:
+    """The layer kinds, their costs and the per-layer means."""
+
+    kinds: list[tuple[LayerSpec, float]]  # (kind, share of the layers)
+    costs: list[tuple[LayerCosts, float]]
+    per_layer: dict[str, float]
+    layer_max: int  # layers on the most loaded rank
+    act_layer: float  # activation bytes one micro-batch keeps per layer (mean over kinds)
+
+
+def layer_stack(ctx: Context) -> Stack:
+    """Each layer kind costed once and weighted by its count."""
+    model, layout, training = ctx.model, ctx.layout, ctx.training
+    kinds = [(layer, count / model.layers) for layer, count in model.layer_kinds()]
+    costs = [
+        (layer_costs(model, layout, training, layer, ctx.dev, ctx.fabric, ctx.groups), w)
+        for layer, w in kinds
+    ]
+    act_layer = sum(
+        w * memory.layer_activation_bytes(model, layout, training, layer) for layer, w in kinds
+    )
+    return Stack(
+        kinds,
+        costs,
+        mean_costs(costs),
+        pipeline.layers_on_bottleneck_stage(model.layers, layout.pp),
+        act_layer,
+    )
+
+
+@dataclass(slots=True)
+class Edges:
+    """Per-micro-batch seconds of the first rank's embedding and the last rank's head."""
+
+    emb_s: float
+    logits_s: float  # logits GEMM forward + backward and the loss
+    logits_f: float  # its forward part (GEMM forward, half the loss traffic)
+    mtp: dict[str, float]  # MTP modules by category (forward + backward)
+    mtp_f: dict[str, float]  # their forward parts
+
+
+def edge_costs(ctx: Context, stack: Stack) -> Edges:
+    """First-rank embedding, last-rank logits + loss and multi-token-prediction modules."""
+    model, layout, training, dev = ctx.model, ctx.layout, ctx.training, ctx.dev
+    logit = flops.logits_gemm(model, layout, training)
+    lg_f, lg_b = compute.gemms_time_s((logit,), dev)
+    loss_s = (
+        elementwise.logits_loss_bytes(
+            model, layout, ctx.tokens, training.act_bytes, training.cross_entropy
+        )
+        / dev.xent_bytes_per_s
+    )
+    logits_s = lg_f + lg_b + loss_s
+    mtp: dict[str, float] = {}
+    mtp_f: dict[str, float] = {}
+    if model.mtp_layers:
+        # each multi-token-prediction module: one more layer of the last kind, an h x 2h
+        # projection and its own logits + loss, on the last stage (DeepSeek-V3 section 2.2)
+        last = next(
+            c
+            for (layer, _), (c, _w) in zip(stack.kinds, stack.costs, strict=True)
+            if layer == stack.kinds[-1][0]
+        )
+        proj = flops.Gemm("mtp_proj", ctx.tokens, model.hidden / layout.tp, 2 * model.hidden)
+        proj_f, proj_b = compute.gemms_time_s((proj,), dev)
+        n = model.mtp_layers
+        mtp = {
+            "compute_gemm": n * (last.gemm + proj_f + proj_b),
+            "compute_attention": n * last.attention,
+            "compute_memory_bound": n * last.memory_bound,
+            "compute_logits_loss": n * logits_s,
+            "tp_comm": n * last.tp,
+            "ep_comm": n * last.ep,
+            "cp_comm": n * last.cp,
+            "recompute": n * last.recompute,
+            "host_overhead": n * last.host,
+        }
+        mtp_f = {
+            "compute_gemm": n * (last.gemm_f + proj_f),
+            "compute_attention": n * last.attention_f,
+            "compute_memory_bound": n * last.memory_bound_f,
+            "compute_logits_loss": n * (lg_f + loss_s / 2.0),
+            "tp_comm": n * last.tp_f,
+            "ep_comm": n * last.ep_f,
+            "cp_comm": n * last.cp_f,
+            "host_overhead": n * last.host_f,
+        }
+    emb_s = 3.0 * ctx.tokens * model.hidden * training.act_bytes / dev.hbm_bytes_per_s
+    return Edges(emb_s, logits_s, lg_f + loss_s / 2.0, mtp, mtp_f)
+
+
+def pp_send_s(ctx: Context) -> float:
+    """Pipeline point-to-point per micro-batch: one send forward and one backward per chunk."""
+    layout = ctx.layout
+    if layout.pp == 1:
+        return 0.0
+    full = ctx.tokens * ctx.model.hidden * ctx.training.act_bytes
+    split = layout.sequence_parallel or layout.pp_scatter_gather
+    hop = comms.collective_time_s(
+        "send_recv", full / layout.tp if split else full, ctx.groups.pp, ctx.fabric
+    )
+    if layout.pp_scatter_gather and not layout.sequence_parallel:
+        # the receiver rebuilds the full activation from the TP ranks' slices
+        hop += comms.collective_time_s("all_gather", full, ctx.groups.tp, ctx.fabric)
+    return 2.0 * ctx.vpp * hop
+
+
+@dataclass(slots=True)
+class Params:
+    """Parameters held per GPU on the bottleneck rank's layer count."""
+
+    stage_layers: float
+    dense_layer_params: float  # per layer, averaged over the stack
+    expert_layer_params: float
+    first_dense: float
+    last_dense: float
+    stage_experts: float
+
+    @property
+    def dense(self) -> float:
+        return max(self.first_dense, self.last_dense)
+
+    @property
+    def local(self) -> float:
+        return self.dense + self.stage_experts
+
+
+def params_per_gpu(ctx: Context, stack: Stack) -> Params:
+    """Dense and expert parameters of the first and last ranks (the embedding and the head on
+    the ranks that hold them; both on one rank without a pipeline or with a V)."""
+    model, layout = ctx.model, ctx.layout
+    stage_layers = float(stack.layer_max)
+    dense_layer_params = expert_layer_params = 0.0  # per GPU, averaged over the stack
+    for layer, w in stack.kinds:
+        dense_k, expert_k = layer_params_per_gpu(model, layer, layout)
+        dense_layer_params += w * dense_k
+        expert_layer_params += w * expert_k
+    emb_params = model.vocab * model.hidden / layout.tp
+    first_dense = stage_layers * dense_layer_params + emb_params
+    last_dense = stage_layers * dense_layer_params + (
+        emb_params if (layout.pp > 1 or not model.tied_embeddings) else 0.0
+    )
+    if ctx.both_ends:
+        first_dense = stage_layers * dense_layer_params + emb_params * (
+            1 if model.tied_embeddings else 2
+        )
+        last_dense = first_dense
+    stage_experts = stage_layers * expert_layer_params
+    if model.mtp_layers:  # the MTP modules live on the last stage
+        mtp_dense, mtp_experts = layer_params_per_gpu(model, stack.kinds[-1][0], layout)
+        last_dense += model.mtp_layers * (mtp_dense + 2 * model.hidden**2 / layout.tp)
+        stage_experts += model.mtp_layers * mtp_experts
+        if ctx.both_ends:
+            first_dense = last_dense
+    return Params(
+        stage_layers,
+        dense_layer_params,
+        expert_layer_params,
+        first_dense,
+        last_dense,
+        stage_experts,
+    )
+
+
+@dataclass(slots=True)
+class DataParallel:
+    """Exposed data-parallel seconds per micro-batch and per step, and what they came from."""
+
+    per_mb: float  # exposed, every micro-batch (ZeRO-2 reduce-scatter, ZeRO-3 traffic)
+    per_mb_f: float  # its forward part (ZeRO-3 parameter all-gather)
+    step: float  # exposed, once per step (ZeRO 0/1 reduction and gather)
+    raw_per_mb: float  # before overlap
+    raw_step: float
+
+
+def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
+    """Gradient reduction and parameter gathers over DP x CP (experts over their group)."""
+    layout, training, fabric, m = ctx.layout, ctx.training, ctx.fabric, ctx.microbatches
+    grad_b = memory.grad_bytes(training)
+    dp_group = ctx.groups.dp_cp
+    edp = max(1, layout.tp * layout.dp * layout.cp // (layout.ep * layout.expert_tp))
+    edp_group = comms.place(edp, layout.ep * layout.expert_tp, fabric.domain_gpus)
+    per_layer = stack.per_layer
+    stage_fwd = params.stage_layers * per_layer["fwd"]
+    stage_bwd = params.stage_layers * (per_layer["bwd"] + per_layer["recompute"])
+    dense_p = params.dense
+
+    def coll(kind: comms.Collective, nbytes_per_param: float) -> float:
+        return comms.collective_time_s(
+            kind, dense_p * nbytes_per_param, dp_group, fabric
+        ) + comms.collective_time_s(
+            kind, params.stage_experts * nbytes_per_param, edp_group, fabric
+        )
+
+    bucket_frac = min(1.0, DP_BUCKET_PARAMS / max(params.local, 1.0))
+    if layout.zero >= 3:
+        ag = coll("all_gather", 2.0)
+        rs = coll("reduce_scatter", grad_b)
+        if not layout.overlap_zero3_param_gather:
+            return DataParallel(2 * ag + rs, ag, 0.0, 2 * ag + rs, 0.0)
+        first_layer = ag / max(params.stage_layers, 1.0)
+        fwd = comms.exposed_time_s(ag, stage_fwd, fabric)
+        dp_per_mb = fwd + comms.exposed_time_s(ag + rs, stage_bwd, fabric) + first_layer
+        return DataParallel(dp_per_mb, fwd + first_layer, 0.0, 2 * ag + rs, 0.0)
+    if layout.zero == 0:
+        reduce = coll("all_reduce", grad_b)
+        gather = 0.0
+    else:
+        reduce = coll("reduce_scatter", grad_b)
+        gather = coll("all_gather", 2.0)
+    raw = reduce + gather
+    if layout.overlap_dp_grad_reduce:
+        reduce = comms.exposed_time_s(reduce, stage_bwd, fabric, bucket_frac)
+        gather = comms.exposed_time_s(gather, stage_fwd, fabric, bucket_frac)
+    if layout.zero == 2 and m > 1:
+        # sharded gradients cannot accumulate locally: every micro-batch reduce-scatters its
+        # gradients into the shard (ZeRO-2, Rajbhandari et al. 2020, section 5.2)
+        return DataParallel(reduce, 0.0, gather, raw - gather, gather)
+    return DataParallel(0.0, 0.0, reduce + gather, 0.0, raw)
+
+
+def offload_exposed_s(
+    act_layer_bytes: float, per_layer: dict[str, float], host_link_gb_per_s: float
+) -> float:
+    """Exposed seconds of offloading one layer's activations (``act_layer_bytes``), per
+    micro-batch.
+
+    Transformer Engine's CPU offload copies layer i's saved tensors to the host while layer
+    i + 1 runs forward and brings them back one layer ahead in backward: each copy hides behind
+    one layer's compute and the excess shows.
+    """
+    copy = act_layer_bytes / (host_link_gb_per_s * 1e9 * HOST_LINK_EFFICIENCY)
+    return max(0.0, copy - per_layer["fwd"]) + max(0.0, copy - per_layer["bwd"])
+
+
+def stage_categories(
+    n_layers: float, per_layer: dict[str, float], pp_s: float, dp_per_mb: float, edge: dict
+) -> dict[str, float]:
+    """Seconds of one micro-batch through a rank of ``n_layers`` layers plus ``edge`` work."""
+    cats = {
+        "compute_gemm": n_layers * per_layer["gemm"],
+        "compute_attention": n_layers * per_layer["attention"],
+        "compute_memory_bound": n_layers * per_layer["memory_bound"],
+        "compute_logits_loss": 0.0,
+        "recompute": n_layers * per_layer["recompute"],
+        "tp_comm": n_layers * per_layer["tp"],
+        "cp_comm": n_layers * per_layer["cp"],
+        "ep_comm": n_layers * per_layer["ep"],
+        "pp_comm": pp_s,
+        "dp_comm": dp_per_mb,
+        "host_overhead": n_layers * per_layer["host"],
+        "activation_offload": 0.0,
+    }
+    for key, value in edge.items():
+        cats[key] += value
+    return cats
+
+
+def edge_work(ctx: Context, stack: Stack, edges: Edges) -> tuple[dict, dict]:
+    """(embedding rank's, head rank's) extra seconds by category, per micro-batch."""
+    emb = {"compute_memory_bound": edges.emb_s}
+    if ctx.training.offload_layers:
+        link = ctx.cluster.accelerator.host_link_gb_per_s
+        assert link is not None  # check_layout
+        emb["activation_offload"] = ctx.training.offload_layers * offload_exposed_s(
+            stack.act_layer, stack.per_layer, link
+        )
+    head = {"compute_logits_loss": edges.logits_s}
+    for key, value in edges.mtp.items():
+        head[key] = head.get(key, 0.0) + value
+    return emb, head
+
+
+@dataclass(slots=True)
+class RankCosts:
+    """Per-micro-batch seconds by category of the distinct ranks, as the step model sums them."""
+
+    stages: list[dict[str, float]]  # first, last, bottleneck middle (loop); both ends, middle (V)
+    t_max: float
+    t_sum: float
+    bottleneck: int  # index into stages
+
+
+def rank_costs(
+    ctx: Context, stack: Stack, emb: dict, head: dict, pp_s: float, dp: DataParallel
+) -> RankCosts:
+    """The ranks' per-micro-batch seconds, the slowest and their sum over the pipeline."""
+    model, layout, per_layer = ctx.model, ctx.layout, stack.per_layer
+
+    def stage(n_layers: float, edge: dict) -> dict[str, float]:
+        return stage_categories(n_layers, per_layer, pp_s, dp.per_mb, edge)
+
+    if layout.pp == 1:
+        stages = [stage(model.layers, {**emb, **head})]
+        t_sum_extra = 0.0
+    elif ctx.schedule.placement == "v":
+        both = dict(emb)
+        for key, value in head.items():
+            both[key] = both.get(key, 0.0) + value
+        stages = [stage(stack.layer_max, both), stage(stack.layer_max, {})]
+        totals = [sum(c.values()) for c in stages]
+        k = max(range(2), key=totals.__getitem__)
+        return RankCosts(stages, totals[k], totals[0] + (layout.pp - 1) * totals[1], k)
+    else:
+        edge_layers = pipeline.layers_on_edge_stage(model.layers, layout.pp)
+        stages = [stage(edge_layers, emb), stage(edge_layers, head)]
+        if layout.pp > 2:
+            stages.append(stage(stack.layer_max, {}))
+            middle = model.layers - 2 * edge_layers  # over pp - 2 stages
+            t_sum_extra = middle * sum(per_layer[k] for k in LAYER_KEYS) + (layout.pp - 2) * (
+                pp_s + dp.per_mb
+            )
+        else:
+            t_sum_extra = 0.0
+    totals = [sum(c.values()) for c in stages]
+    k = max(range(len(stages)), key=totals.__getitem__)
+    t_sum = totals[0] + (totals[1] if layout.pp > 1 else 0.0) + t_sum_extra
+    return RankCosts(stages, max(totals), t_sum, k)

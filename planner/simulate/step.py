@@ -1,0 +1,240 @@
+"""Compose the named stages into a StepPlan and its StepReport (pure: no I/O).
+
+layer costs (planner/simulate/layers.py) -> stage costs, data-parallel traffic
+(planner/simulate/stages.py) -> pipeline (the schedule's bubble) -> memory peak ->
+utilisation -> plan and report.
+"""
+
+from __future__ import annotations
+
+from planner.costs import elementwise, flops, memory, pipeline
+from planner.legality import check_layout
+from planner.plan import StageRecipe, StageSpec, StepPlan, build_stages, pass_times
+from planner.profile import CalibrationProfile
+from planner.report import StepReport
+from planner.schedules import StageTimes
+from planner.simulate.notes import default_assumptions, host_note, schedule_notes
+from planner.simulate.planning import stage_plans
+from planner.simulate.stages import (
+    Context,
+    DataParallel,
+    Params,
+    RankCosts,
+    Stack,
+    dp_traffic,
+    edge_costs,
+    edge_work,
+    layer_stack,
+    make_context,
+    params_per_gpu,
+    pp_send_s,
+    rank_costs,
+)
+from planner.specs.blocks import AttentionMixer
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+
+def build_step(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+    check: bool,
+) -> StepReport:
+    """The StepReport of one step, its ``plan`` attached."""
+    if check:
+        check_layout(model, cluster, layout, training)
+    ctx = make_context(model, cluster, layout, training, profile)
+    m = ctx.microbatches
+    stack = layer_stack(ctx)
+    edges = edge_costs(ctx, stack)
+    pp_s = pp_send_s(ctx)
+    params = params_per_gpu(ctx, stack)
+    dp = dp_traffic(ctx, stack, params)
+    emb, head = edge_work(ctx, stack, edges)
+    ranks = rank_costs(ctx, stack, emb, head, pp_s, dp)
+    specs, recipe, bottleneck = stage_plans(ctx, stack, edges, emb, head, pp_s, dp, ranks)
+
+    plan = timed_plan(ctx, ranks, specs, recipe, bottleneck, params, dp)
+    step, breakdown = plan.step_time_s, dict(plan.breakdown_s)
+    mfu, hfu, mf_tok, tps = utilisation(ctx, stack, step)
+    mem, stage_name = memory_peak(ctx, stack, params)
+    peak_mem = sum(mem.values())
+    usable = cluster.accelerator.hbm_usable_gib
+    fits = peak_mem <= usable
+    feas = (
+        []
+        if fits
+        else [
+            f"out of memory: needs {peak_mem:.1f} GiB per GPU on the {stage_name} pipeline stage, "
+            f"{usable:.1f} GiB usable ({peak_mem - usable:.1f} GiB over)"
+        ]
+    )
+    return StepReport(
+        step_time_s=step,
+        tokens_per_step=training.tokens_per_step,
+        tokens_per_s=tps,
+        tokens_per_s_per_gpu=tps / layout.world_size,
+        mfu_pct=mfu,
+        hfu_pct=hfu,
+        model_flops_per_token=mf_tok,
+        gpus=layout.world_size,
+        microbatches=m,
+        time_breakdown_s=breakdown,
+        memory_breakdown_gib=mem,
+        peak_memory_gib=peak_mem,
+        peak_memory_stage=stage_name,
+        usable_memory_gib=usable,
+        fits=fits,
+        feasibility=feas,
+        placement=_placement(ctx),
+        profile=profile.id,
+        assumptions=default_assumptions(layout, training)
+        + schedule_notes(ctx.schedule, layout)
+        + host_note(breakdown, step, ctx.dev),
+        plan=plan,
+    )
+
+
+def timed_plan(
+    ctx: Context,
+    ranks: RankCosts,
+    specs: tuple[StageSpec, ...],
+    recipe: StageRecipe,
+    bottleneck: int,
+    params: Params,
+    dp: DataParallel,
+) -> StepPlan:
+    """The pipeline under the layout's schedule, the optimizer step, and the plan they time."""
+    m = ctx.microbatches
+    times = StageTimes(ranks.t_max, ranks.t_sum)
+    if ctx.schedule.needs_pass_times:  # zero-bubble and V schedules time F, I and W apart
+        stages = build_stages(specs, recipe)
+        times = StageTimes(ranks.t_max, ranks.t_sum, pass_times(stages, ctx.layout.pp))
+    steady, bubble = pipeline.schedule_time_s(ctx.schedule, m, times, ctx.vpp)
+
+    # optimizer: fused AdamW over the locally owned (sharded) parameters, memory bound
+    owned = params.local / (ctx.groups.dp_cp.size if ctx.layout.zero >= 1 else 1)
+    optimizer_s = owned * elementwise.adam_bytes_per_param() / ctx.dev.adam_bytes_per_s
+
+    breakdown = {k: v * m for k, v in ranks.stages[ranks.bottleneck].items()}
+    breakdown["dp_comm"] += dp.step
+    breakdown["pipeline_bubble"] = bubble
+    breakdown["optimizer"] = optimizer_s
+    return StepPlan(
+        schedule=ctx.schedule.name,
+        pp=ctx.layout.pp,
+        chunks=ctx.vpp,
+        microbatches=m,
+        stage_specs=specs,
+        recipe=recipe,
+        bottleneck_rank=bottleneck,
+        steady_s=steady,
+        bubble_s=bubble,
+        dp_step_s=dp.step,
+        dp_hidden_s=max(0.0, dp.raw_step - dp.step),
+        optimizer_s=optimizer_s,
+        step_time_s=steady + bubble + dp.step + optimizer_s,
+        breakdown_s=breakdown,
+    )
+
+
+def utilisation(ctx: Context, stack: Stack, step: float) -> tuple[float, float, float, float]:
+    """(MFU %, HFU %, model FLOPs per token, tokens/s)."""
+    model, layout, training = ctx.model, ctx.layout, ctx.training
+    gpus = layout.world_size
+    tps = training.tokens_per_step / step
+    mf_tok = flops.model_flops_per_token(model, training.seq_len)
+    peak = ctx.cluster.accelerator.peak_flops_per_s(training.work_precision)
+    mfu = 100.0 * mf_tok * tps / (gpus * peak)
+    # hardware FLOPs differ from the convention by the causal half of fused attention
+    per_gpu_tokens = training.micro_batch * training.seq_len / (layout.tp * layout.cp)
+    saving = core_hw = 0.0  # per token
+    for layer, count in model.layer_kinds():
+        if isinstance(layer.mixer, AttentionMixer):
+            hw, conv = flops.attention_core_flops(model, layout, training, layer.mixer.window)
+            if training.attention_kernel == "unfused":
+                hw = conv  # materialised scores: the masked half is computed too
+            saving += 3.0 * count * (conv - hw) / per_gpu_tokens
+            core_hw += count * hw / per_gpu_tokens
+    recompute_per_tok = 0.0
+    if training.recompute == "full":
+        recompute_per_tok = (mf_tok - saving) / 3.0
+    elif training.recompute == "selective":
+        if "core_attn" in training.selective_modules:
+            recompute_per_tok = core_hw
+        recompute_per_tok += (
+            sum(c.recompute_flops * w for c, w in stack.costs) * model.layers / per_gpu_tokens
+        )
+    hfu = 100.0 * (mf_tok - saving + recompute_per_tok) * tps / (gpus * peak)
+    return mfu, hfu, mf_tok, tps
+
+
+def memory_peak(ctx: Context, stack: Stack, params: Params) -> tuple[dict[str, float], str]:
+    """(GiB by category on the peak rank, which rank: first, last or only)."""
+    model, layout, training = ctx.model, ctx.layout, ctx.training
+    pp, vpp, m = layout.pp, ctx.vpp, ctx.microbatches
+    first_layers = pipeline.layers_on_edge_stage(model.layers, pp) if pp > 1 else model.layers
+    in_flight = memory.layers_in_flight(first_layers, pp, vpp, m, ctx.schedule)
+    if training.offload_layers:
+        # offloaded layers leave the GPU but for the one in transit (pp is 1: legality)
+        in_flight -= training.offload_layers - 1
+    activations = stack.act_layer * in_flight
+    if training.recompute == "full":
+        no_recompute = training.model_copy(update={"recompute": "none"})
+        full_one = max(
+            memory.layer_activation_bytes(model, layout, no_recompute, layer)
+            for layer, _ in stack.kinds
+        )
+        activations += full_one  # one layer recomputed at a time
+    logits_mem = memory.logits_bytes(model, layout, training)
+    # ZeRO-3: the unsharded parameters of the layer being computed
+    gathered = (params.dense_layer_params + params.expert_layer_params) if layout.zero >= 3 else 0.0
+    st = memory.state_bytes(params.dense, params.stage_experts, layout, training, gathered)
+    if pp > 1 and not ctx.both_ends:
+        # the last stage holds its micro-batches in flight (one, for 1F1B) and the logits
+        last_act = (
+            stack.act_layer * first_layers / vpp * ctx.schedule.peak_chunks(pp - 1, pp, vpp, m)
+        )
+        first_total = activations
+        last_total = last_act + logits_mem
+        stage_name = "first" if first_total >= last_total else "last"
+        act_peak, logit_peak = (
+            (activations, 0.0) if stage_name == "first" else (last_act, logits_mem)
+        )
+    elif pp > 1:  # V placement: rank 0 holds the first and the last chunk
+        stage_name, act_peak, logit_peak = "first", activations, logits_mem
+    else:
+        stage_name, act_peak, logit_peak = "only", activations, logits_mem
+    overhead = memory.OVERHEAD_FIXED_BYTES + memory.OVERHEAD_ACTIVATION_FRACTION * act_peak
+    g = memory.GIB
+    mem = {
+        "weights": st.weights / g,
+        "gradients": st.grads / g,
+        "optimizer_states": st.optimizer / g,
+        "activations": act_peak / g,
+        "logits": logit_peak / g,
+        "overhead": overhead / g,
+    }
+    return mem, stage_name
+
+
+def _placement(ctx: Context) -> dict[str, str]:
+    groups = ctx.groups
+    return {
+        name: (
+            "single GPU"
+            if p.size == 1
+            else f"{p.size} GPUs, {p.per_domain} per scale-up domain x {p.domains} domain(s)"
+        )
+        for name, p in (
+            ("tp", groups.tp),
+            ("cp", groups.cp),
+            ("dp", groups.dp),
+            ("ep", groups.ep),
+            ("pp", groups.pp),
+        )
+    }
