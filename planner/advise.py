@@ -6,7 +6,8 @@ the training settings, is checked by the legality rules (``planner.legality.RULE
 baseline. A lever's gain is its change in tokens/s; its memory cost is its change in peak memory
 per GPU. Levers whose layout fits in memory come first, then by gain. Levers that break a rule
 for this model, batch or accelerator are returned, with that rule's message, only when asked
-(``include_unavailable``); levers already in effect are never returned.
+(``include_unavailable``); levers already in effect are never returned. The schedule levers
+(zb-h1, zbv, dualpipev, with pp > 1) say whether Megatron-LM runs the schedule.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from planner.errors import PlannerError
 from planner.legality import check_layout, first_violation, violations
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
+from planner.schedules import SCHEDULES, schedule_of
 from planner.specs.base import MAX_MICRO_BATCH
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -118,6 +120,10 @@ def _candidates(
                 f"(Megatron {split})",
                 _layout(L, vpp=v, schedule=None),
             )
+
+    # zero-bubble and V-shaped schedules (the schedule rule says where each can run)
+    if L.pp > 1:
+        out += _schedule_levers(L, T)
 
     # sequence parallelism and TP communication overlap
     if L.tp > 1 and not L.sequence_parallel:
@@ -252,6 +258,48 @@ def _candidates(
             f"tp {tp}, pp {pp} instead of tp {L.tp}, pp {L.pp} (Megatron "
             f"--tensor-model-parallel-size {tp} --pipeline-model-parallel-size {pp}){note}",
             lay,
+        )
+    return out
+
+
+# schedule -> (vpp it runs, what it changes against the layout's own schedule)
+_SCHEDULE_LEVERS = {
+    "zb-h1": (None, "1F1B's activations in flight, weight gradients deferred into the bubble"),
+    "zbv": (2, "two chunks per rank in a V, about 1F1B's activations"),
+    "dualpipev": (
+        2,
+        "two chunks per rank in a V, two micro-batches' forward and backward "
+        "overlapped, more activations in flight than 1F1B",
+    ),
+}
+
+
+def _megatron_text(name: str) -> str:
+    """Whether Megatron-LM runs schedule ``name`` (the schedule object knows)."""
+    sched = SCHEDULES[name]
+    if sched.megatron is None:
+        return sched.megatron_note or "not in Megatron-LM"
+    return f"Megatron-LM runs it ({sched.megatron_note})"
+
+
+def _schedule_levers(L: Layout, T: Training) -> list[_Candidate]:
+    """The zero-bubble and V schedule levers of a pipelined layout not already running them."""
+    out = []
+    current = schedule_of(L).name
+    for name, (vpp, what) in _SCHEDULE_LEVERS.items():
+        if name == current:
+            continue
+        sched = SCHEDULES[name]
+        torchtitan = f"torchtitan {sched.torchtitan}" if sched.torchtitan else "not in torchtitan"
+        dropped = "; interleaving dropped" if vpp is None and L.virtual_stages > 1 else ""
+        out.append(
+            _Candidate(
+                name,
+                f"{sched.title} schedule instead of {current} ({sched.reference}): {what}"
+                f"{dropped}; {_megatron_text(name)}; {torchtitan}",
+                _layout(L, vpp=vpp, schedule=name),
+                T,
+            )
         )
     return out
 

@@ -352,7 +352,8 @@ def _sum(report: StepReport, cats: tuple[str, ...]) -> float:
 def render_search_summary(
     console: Console, result: Any, model: ModelSpec, cluster: Cluster, objective: str
 ) -> None:
-    """What was searched and how: method, notes, candidate counts, rejections, seconds."""
+    """What was searched and how: method, notes, candidate counts, the candidates each legality
+    rule removed before simulation, the other rejections (memory, simulator), seconds."""
     rows = [
         ("model", model.name),
         ("cluster", f"{cluster.id}: {cluster.spec.name}"),
@@ -364,8 +365,12 @@ def render_search_summary(
         rows.append(("legal candidates", f"{result.space_size:,}"))
     feasible = sum(1 for e in result.ranked if e.feasible)
     rows.append(("evaluated", f"{result.evaluated:,} simulated, {feasible:,} fit in memory"))
+    by_rule = getattr(result, "rejected_by_rule", {})
+    for rule, n in sorted(by_rule.items(), key=lambda kv: -kv[1]):
+        rows.append(("removed by rule", f"{n:,}: {rule}"))
     for reason, n in sorted(result.infeasible.items(), key=lambda kv: -kv[1]):
-        rows.append(("rejected", f"{n:,}: {reason}"))
+        if reason not in by_rule:  # the rules' counts are listed above
+            rows.append(("rejected", f"{n:,}: {reason}"))
     rows.append(("time", _fmt(result.seconds, 2, " s")))
     console.print(_kv_table("Layout search", rows))
 

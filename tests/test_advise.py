@@ -189,3 +189,28 @@ def test_interleaving_follows_the_rules_when_tp_pp_shift(case) -> None:
     assert levers["tp8 pp4"].layout.vpp == 10  # 40 stages <= 82: legal, kept
     assert levers["tp2 pp16"].layout.vpp is None  # 160 stages > 82: dropped
     assert "interleaving dropped" in levers["tp2 pp16"].description
+
+
+def test_schedule_levers_say_whether_megatron_runs_them(case, levers) -> None:
+    by = _by_name(levers)
+    for name in ("zb-h1", "zbv", "dualpipev"):
+        lv = by[name]
+        assert lv.layout.pipeline_schedule == name
+        assert "not in Megatron-LM" in lv.description  # none of the three is in Megatron-LM
+    assert by["zb-h1"].layout.vpp is None and by["zbv"].layout.vpp == 2
+    # ZB-H1 keeps 1F1B's activations in flight and removes part of its bubble
+    assert by["zb-h1"].gain_pct > 0
+    assert by["zb-h1"].memory_change_gib == pytest.approx(0.0, abs=0.5)
+
+
+def test_schedule_levers_unavailable_with_the_rules_reason(case) -> None:
+    model, cluster, layout, _ = case
+    few = planner.Training(seq_len=8192, global_batch=8, recompute="full")  # 4 micro-batches
+    listed = _by_name(advise(model, cluster, layout, few, include_unavailable=True))
+    assert not listed["dualpipev"].applicable
+    assert "needs at least 8 micro-batches" in listed["dualpipev"].reason
+    assert "zb-h1" not in _by_name(
+        advise(model, cluster, layout.model_copy(update={"schedule": "zb-h1"}), few)
+    )
+    flat = planner.Layout(tp=8, dp=8)  # pp 1: no schedule lever
+    assert not {"zb-h1", "zbv", "dualpipev"} & set(_by_name(advise(model, cluster, flat, few)))

@@ -293,3 +293,64 @@ def test_cross_entropy_reaches_every_candidate_and_the_export(tmp_path: Path) ->
     _, training, _ = load_layout_file(tmp_path / "layout.yaml")
     assert training is not None
     assert training.cross_entropy == "in_place"
+
+
+# ---- the pipeline schedule knob ---------------------------------------------------------------
+
+GOLDEN = json.loads(
+    (Path(__file__).parent / "assets" / "search_default_schedules.json").read_text()
+)
+
+
+def test_default_schedules_leave_the_ranking_unchanged(
+    searched: tuple[dict[str, Any], Path],
+) -> None:
+    """The ranking of the search before schedules were a knob (tests/assets)."""
+    data, _ = searched
+    golden = GOLDEN["llama3.1-8b_16"]
+    assert data["space_size"] == golden["space_size"]
+    assert data["infeasible"] == golden["infeasible"]
+    got = [(e["gpus"], e["layout"], e["training"]) for e in data["top"]]
+    assert got == [(e["gpus"], e["layout"], e["training"]) for e in golden["top"]]
+    for e, g in zip(data["top"], golden["top"], strict=True):
+        assert e["report"]["tokens_per_s"] == pytest.approx(g["tokens_per_s"], rel=1e-9)
+    # every rule's count is in the JSON, and in infeasible as before
+    assert data["rejected_by_rule"]
+    assert all(data["infeasible"][k] == n for k, n in data["rejected_by_rule"].items())
+
+
+def test_all_schedules_on_a_pipelined_problem() -> None:
+    data = _run_json(
+        [
+            "search",
+            "--model",
+            "llama3.1-70b",
+            "--cluster",
+            "dgx-h100",
+            "--gpus",
+            "64",
+            "--global-batch",
+            "256",
+            "--schedules",
+            "all",
+            "--json",
+        ]
+    )
+    schedules = {e["layout"]["schedule"] for e in data["top"]}
+    assert schedules & {"zb-h1", "zb-h2", "interleaved-zb", "zbv", "dualpipev"}
+    default_best = GOLDEN["llama3.1-70b_64_gb256_best_tokens_per_s"]
+    assert data["best"]["report"]["tokens_per_s"] >= default_best * (1 - 1e-9)
+    assert data["rejected_by_rule"]["schedule"] > 0
+
+
+def test_summary_lists_the_rules_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*BASE, "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "removed by rule" in out and "world_size" in out
+    rows = [line for line in out.splitlines() if "world_size" in line]
+    assert len(rows) == 1 and "removed by rule" in rows[0]  # not repeated as "rejected"
+
+
+def test_unknown_schedule_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _error(capsys, [*BASE, "--schedules", "1f1b,zb"])
+    assert "--schedules" in line and "'zb'" in line and "dualpipev" in line

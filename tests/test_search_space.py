@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
 import pytest
 
 import planner
+from planner.errors import PlannerError
+from planner.schedules import SCHEDULES
 from planner.search import SearchSpace, default_space, legal_layouts, pareto_front
 from planner.search.evaluate import Evaluator
 from planner.search.exhaustive import exhaustive
-from planner.search.space import assert_legal, structures
+from planner.search.space import (
+    MEGATRON_SCHEDULES,
+    assert_legal,
+    parse_schedules,
+    schedule_choices,
+    structures,
+)
 from planner.specs.layout import Training
 
 
@@ -142,3 +153,91 @@ def test_no_feasible_layout_says_why():
     r = planner.search(model, cluster, gpus=8, global_batch=8, seq_len=4096, method="exhaustive")
     with pytest.raises(planner.PlannerError, match="no feasible layout"):
         _ = r.best
+
+
+# ---- the pipeline schedule knob ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def piped():
+    """A pipelined problem (llama3.1-70b on 64 H100), its space narrowed to keep it quick."""
+    model, cluster = planner.load_model("llama3.1-70b"), planner.load_cluster("dgx-h100")
+    space = SearchSpace(
+        gpus=(64,),
+        tp=(4, 8),
+        micro_batch=(1,),
+        recompute=("none",),
+        zero=(1,),
+        sequence_parallel=(True,),
+        overlap_tp_comm=(True,),
+    )
+    return model, cluster, Training(seq_len=4096, global_batch=256), space
+
+
+def test_schedule_names_parse() -> None:
+    assert MEGATRON_SCHEDULES == ("1f1b", "interleaved")
+    assert all(SCHEDULES[n].megatron is not None for n in MEGATRON_SCHEDULES)
+    assert parse_schedules("all") == tuple(SCHEDULES)
+    assert parse_schedules("megatron") == MEGATRON_SCHEDULES
+    assert parse_schedules("zbv,1f1b") == ("1f1b", "zbv")
+    for bad in ("zb", "", " , "):
+        with pytest.raises(PlannerError, match="schedules"):
+            parse_schedules(bad)
+
+
+def test_schedule_choices_pair_vpp_with_the_schedules_that_run_it() -> None:
+    every = tuple(SCHEDULES)
+    assert schedule_choices(every, 1, 1) == (None,)  # pp 1: no schedule knob
+    assert schedule_choices(every, 4, 1) == (None, "zb-h1", "zb-h2")  # None: 1f1b
+    assert schedule_choices(every, 4, 2) == (None, "interleaved-zb", "zbv", "dualpipev")
+    assert schedule_choices(every, 4, 4) == (None, "interleaved-zb")  # None: interleaved
+    assert schedule_choices(MEGATRON_SCHEDULES, 4, 1) == (None,)
+    assert schedule_choices(("zbv",), 4, 1) == ()
+
+
+def test_default_schedules_propose_the_default_schedule_only(piped) -> None:
+    model, cluster, tr, space = piped
+    assert space.schedules == MEGATRON_SCHEDULES
+    assert {s.schedule for s in structures(model, cluster, tr, space)} == {None}
+    assert "schedule" not in space.rejected
+
+
+def test_all_schedules_are_legal_counted_and_no_slower(piped) -> None:
+    model, cluster, tr, space = piped
+    wide = replace(space, schedules=tuple(SCHEDULES), rejected=Counter())
+    seen = {}
+    for gpus, layout, training in legal_layouts(model, cluster, tr, wide):
+        assert_legal(model, cluster, gpus, layout, training)
+        seen[layout.pipeline_schedule] = layout
+        if layout.pp == 1:
+            assert layout.schedule is None
+    assert set(seen) == set(SCHEDULES)
+    assert wide.rejected["schedule"] > 0  # e.g. zbv / dualpipev on an 80-layer split they miss
+    ev = Evaluator(model, cluster, planner.default_profile(cluster))
+    default_best = exhaustive(ev, tr, space)[0]
+    best = exhaustive(ev, tr, wide)[0]
+    assert best.score >= default_best.score
+    assert best.layout.pipeline_schedule not in MEGATRON_SCHEDULES  # a zero-bubble one wins here
+
+
+def test_optuna_suggests_the_schedule(piped) -> None:
+    from planner.search.optuna_search import SCHEDULE_PARAM, Encoding, optuna_search
+
+    model, cluster, tr, space = piped
+    wide = replace(space, schedules=tuple(SCHEDULES), rejected=Counter())
+    structs = list(structures(model, cluster, tr, wide))
+    enc = Encoding(structs, wide)
+    assert set(enc.schedules) == {None, "zb-h1", "zb-h2", "interleaved-zb", "zbv", "dualpipev"}
+    for s in structs:  # every structure's parameters repair to itself
+        params = enc.params(s, wide.knobs()[0])
+        x = enc.fixed.copy()
+        for j, d in enc.dims:
+            x[j] = params[d.param]
+        x[-1] = enc.schedules.index(params[SCHEDULE_PARAM])
+        assert enc.repair(x) == s
+    ev = Evaluator(model, cluster, planner.default_profile(cluster))
+    ranked = optuna_search(ev, tr, wide, trials=30, seed=1)
+    for e in ranked:
+        assert_legal(model, cluster, e.gpus, e.layout, e.training)
+    # the default space has one schedule value: no schedule parameter, as before the knob
+    assert Encoding(list(structures(model, cluster, tr, space)), space).schedules == (None,)

@@ -23,7 +23,7 @@ from planner.errors import PlannerError
 from planner.profile import check_profile_device
 from planner.report import TIME_CATEGORIES
 from planner.safe_io import dumps_strict
-from planner.search import METHODS, SearchResult, search
+from planner.search import METHODS, SearchResult, parse_schedules, search
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports, write_exports
 from planner.specs.hardware import Cluster
@@ -98,6 +98,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="Optuna sampler seed (worker r uses seed + r). The same seed reproduces a search "
         "with --workers 1 only: with --workers > 1 the trials interleave across processes as "
         "they are scheduled, so runs may differ",
+    )
+    p.add_argument(
+        "--schedules",
+        default="megatron",
+        help="pipeline schedules the search pairs with each vpp when pp > 1: megatron (the "
+        "default: those Megatron-LM runs, 1f1b and interleaved), all (also zb-h1, zb-h2, "
+        "interleaved-zb, zbv, dualpipev), or comma-separated names",
     )
     p.add_argument("--top", type=int, default=10, help="rows in the ranking table")
     p.add_argument("--pareto", action="store_true", help="also print the Pareto fronts")
@@ -232,6 +239,10 @@ def _no_feasible(result: SearchResult, model: ModelSpec, args: argparse.Namespac
 def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResult]:
     """Load the specs and run the search the flags describe."""
     _check_args(args)
+    try:
+        schedules = parse_schedules(args.schedules)
+    except PlannerError as exc:
+        raise PlannerError("--schedules", exc.message, exc.valid) from None
     model = planner.load_model(args.model)
     cluster = planner.load_cluster(args.cluster)
     counts = gpu_counts(args.gpus, args.gpus_max, cluster.spec.scale_up_domain_gpus)
@@ -261,6 +272,7 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 pareto=args.pareto,
                 seed=args.seed,
                 progress=progress,
+                schedules=schedules,
             )
         except ModuleNotFoundError as exc:
             if (exc.name or "").startswith("planner.search.optuna"):
@@ -299,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
             "top": [entry(e) for e in top],
             "evaluated": result.evaluated,
             "infeasible": result.infeasible,
+            "rejected_by_rule": result.rejected_by_rule,
             "seconds": result.seconds,
             "space_size": result.space_size,
             "notes": result.notes,

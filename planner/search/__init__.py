@@ -14,7 +14,7 @@ import time
 import types
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,7 +25,14 @@ from planner.search.budget import Deadline
 from planner.search.evaluate import Evaluated, Evaluator, Objective
 from planner.search.exhaustive import count_candidates, exhaustive
 from planner.search.pareto import pareto_front
-from planner.search.space import SearchSpace, default_space, legal_layouts
+from planner.search.space import (
+    MEGATRON_SCHEDULES,
+    SearchSpace,
+    check_schedules,
+    default_space,
+    legal_layouts,
+    parse_schedules,
+)
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Training
 from planner.specs.model import ModelSpec
@@ -93,6 +100,7 @@ def search(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
     time_budget_s: float | None = None,
+    schedules: Sequence[str] | None = None,
 ) -> SearchResult:
     """Find the best legal layout of ``model`` on ``cluster`` for ``objective``.
 
@@ -103,7 +111,9 @@ def search(
     ``workers=1`` only: with several workers the trials interleave as the processes are
     scheduled. ``time_budget_s``: a cooperative deadline, checked every few dozen candidates and
     after every trial; past it the search stops with a PlannerError on
-    ``search.time_budget_s`` (finished trials stay in ``storage``).
+    ``search.time_budget_s`` (finished trials stay in ``storage``). ``schedules``: the pipeline
+    schedules paired with each vpp when pp > 1 (``SearchSpace.schedules``; default: those
+    Megatron-LM runs, 1f1b and interleaved; ``tuple(planner.schedules.SCHEDULES)``: all).
     """
     deadline = Deadline(time_budget_s)
     if method not in METHODS:
@@ -128,6 +138,8 @@ def search(
     except ValidationError as exc:
         raise pydantic_error_to_planner(exc, "training") from None
     space = space or default_space(model, cluster, counts, seq_len)
+    if schedules is not None:
+        space = replace(space, schedules=check_schedules(schedules))
     evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens)
     start = time.perf_counter()
     size = None
@@ -216,6 +228,7 @@ class _CallableModule(types.ModuleType):
 sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = [
+    "MEGATRON_SCHEDULES",
     "Evaluated",
     "Evaluator",
     "SearchResult",
@@ -223,5 +236,6 @@ __all__ = [
     "default_space",
     "legal_layouts",
     "pareto_front",
+    "parse_schedules",
     "search",
 ]

@@ -74,7 +74,8 @@ def _base(
     model: ModelSpec, cluster: Cluster, training: Training, legal: list[Structure]
 ) -> Structure | None:
     """Smallest model-parallel degree whose state fits (tp preferred over pp at equal degree),
-    without context parallelism or interleaving, micro-batch as small as allowed."""
+    without context parallelism or interleaving, the default schedule, micro-batch as small as
+    allowed."""
     if not legal:
         return None
     budget = STATE_FRACTION * cluster.accelerator.hbm_usable_gib
@@ -83,7 +84,19 @@ def _base(
     plain = [s for s in legal if s.vpp == 1 and s.cp == min_cp and s.micro_batch == min_mb]
     pool = plain or legal
     # largest ep first: routed experts are the bulk of an MoE model's state
-    ordered = sorted(pool, key=lambda s: (s.tp * s.pp, s.pp, -s.ep, s.cp, s.vpp, s.micro_batch))
+    # the default schedule of its vpp (what Megatron-LM runs) before the zero-bubble and V ones
+    ordered = sorted(
+        pool,
+        key=lambda s: (
+            s.tp * s.pp,
+            s.pp,
+            -s.ep,
+            s.cp,
+            s.vpp,
+            s.schedule is not None,
+            s.micro_batch,
+        ),
+    )
     for s in ordered:
         if state_gib(model, s, training) <= budget:
             return s

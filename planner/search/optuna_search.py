@@ -2,8 +2,9 @@
 
 Each trial suggests the structure in an encoded numeric space (log2 of tp, cp, pp, vpp, ep,
 micro-batch and GPU count; integer exponents where every legal value is a power of two, else a
-float log2) plus the knobs as categoricals, then *repairs* the point to the nearest legal
-structure (weighted L1 distance in the encoded space), so every simulated layout is legal. The
+float log2) plus the knobs as categoricals (and the pipeline schedule, a categorical over the
+``Structure.schedule`` values of the legal structures, when there are several), then *repairs* the point to the nearest legal
+structure (weighted L1 distance in the encoded space, plus SCHEDULE_WEIGHT when the schedule differs), so every simulated layout is legal. The
 objective is the evaluator's score (maximised); memory feasibility is a soft constraint
 ``memory_over_gib`` = peak - limit (GiB, <= 0 feasible) set with ``Trial.set_constraint``.
 
@@ -75,6 +76,8 @@ AXIS_WEIGHTS = {
     "micro_batch": 1.0,
     "gpus": 4.0,
 }
+SCHEDULE_WEIGHT = 1.0  # repair distance of another schedule: as one step of vpp or micro-batch
+SCHEDULE_PARAM = "schedule"
 KNOB_AXES = (
     "recompute",
     "zero",
@@ -106,7 +109,8 @@ class _Dim:
 class Encoding:
     """The legal structures of one problem, their encoded matrix, and the trial parameters.
 
-    Row i of ``matrix`` is log2 of (tp, cp, pp, vpp, ep, micro_batch, gpus) of ``structs[i]``.
+    Row i of ``matrix`` is log2 of (tp, cp, pp, vpp, ep, micro_batch, gpus) of ``structs[i]``; a
+    point is such a row plus the index of its schedule in ``schedules``.
     Axes with one legal value and knobs with one allowed value are not suggested at all; every
     other domain depends only on the problem, so it is identical in every trial of a study.
     """
@@ -123,7 +127,6 @@ class Encoding:
             np.array([[getattr(s, a) for a in AXES] for s in self.structs], dtype=float)
         )
         self.weights = np.array([AXIS_WEIGHTS[a] for a in AXES])
-        self.fixed = self.matrix[0].copy()
         self.dims: list[tuple[int, _Dim]] = []
         for j, axis in enumerate(AXES):
             col = self.matrix[:, j]
@@ -134,6 +137,10 @@ class Encoding:
             if integer:
                 lo, hi = float(round(lo)), float(round(hi))
             self.dims.append((j, _Dim(axis, lo, hi, integer)))
+        # Structure.schedule values (None: the default for the vpp); suggested only when several
+        self.schedules = tuple(dict.fromkeys(s.schedule for s in self.structs))
+        self.schedule_col = np.array([self.schedules.index(s.schedule) for s in self.structs])
+        self.fixed = np.append(self.matrix[0], 0.0)  # the first structure, schedule index 0
         self.knob_choices: dict[str, tuple[Any, ...]] = {
             name: tuple(getattr(space, name)) for name in KNOB_AXES
         }
@@ -149,6 +156,9 @@ class Encoding:
                 x[j] = trial.suggest_int(d.param, int(d.low), int(d.high))
             else:
                 x[j] = trial.suggest_float(d.param, d.low, d.high)
+        if len(self.schedules) > 1:
+            sched = trial.suggest_categorical(SCHEDULE_PARAM, self.schedules)
+            x[len(AXES)] = self.schedules.index(sched)
         knobs = {
             name: (choices[0] if len(choices) == 1 else trial.suggest_categorical(name, choices))
             for name, choices in self.knob_choices.items()
@@ -158,7 +168,8 @@ class Encoding:
     def repair(self, x: np.ndarray) -> Structure:
         """The legal structure nearest to ``x`` (weighted L1 in log2 units; ties: first in
         generator order, i.e. the smaller values)."""
-        dist = np.abs(self.matrix - x) @ self.weights
+        dist = np.abs(self.matrix - x[: len(AXES)]) @ self.weights
+        dist += SCHEDULE_WEIGHT * (self.schedule_col != x[len(AXES)])
         return self.structs[int(np.argmin(dist))]
 
     def params(self, s: Structure, k: Knobs) -> dict[str, Any]:
@@ -167,6 +178,8 @@ class Encoding:
         for _, d in self.dims:
             v = math.log2(getattr(s, d.axis))
             out[d.param] = round(v) if d.integer else v
+        if len(self.schedules) > 1:
+            out[SCHEDULE_PARAM] = s.schedule
         for name, choices in self.knob_choices.items():
             if len(choices) > 1:
                 out[name] = getattr(k, name)

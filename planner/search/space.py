@@ -3,7 +3,12 @@
 A candidate is a (gpus, Layout, Training). The generator enumerates the structural part (tp, cp,
 pp, vpp, ep, dp, micro-batch) over the space's domains (tp within one scale-up domain by default,
 pp among the divisors of the layers and the powers of two) and multiplies it by the knobs
-(recompute, ZeRO stage, sequence parallelism, overlap switches). Every legality decision is a
+(recompute, ZeRO stage, sequence parallelism, overlap switches). With pp > 1 the pipeline schedule
+is part of the structure: each vpp is paired with the schedules of ``SearchSpace.schedules`` that
+run that many chunks (vpp 1: 1f1b, zb-h1, zb-h2; vpp >= 2: interleaved, interleaved-zb; vpp 2:
+zbv, dualpipev); a schedule that is the default for its vpp is left unnamed (``None``), so the
+default space (the Megatron-LM schedules) proposes exactly the layouts it did before schedules
+were a knob. Every legality decision is a
 rule's (``planner.legality.SEARCH_RULES``): each rule is checked at the first of three levels
 where every field it reads is set: (gpus, tp, cp, pp), then (vpp, ep, micro-batch), then the
 knobs. ``SearchSpace.rejected`` counts, per rule name, the distinct candidates it removed (a
@@ -21,12 +26,59 @@ from dataclasses import dataclass, field, fields, replace
 from planner.divisors import divisors
 from planner.errors import PlannerError
 from planner.legality import SEARCH_RULES, Candidate, Rule, check_layout
+from planner.schedules import SCHEDULES, default_schedule_name
 from planner.search.budget import NO_DEADLINE, Deadline
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
+# the schedules Megatron-LM runs (each schedule object knows): the default search knob
+MEGATRON_SCHEDULES: tuple[str, ...] = tuple(
+    n for n, s in SCHEDULES.items() if s.megatron is not None
+)
+
+
+def parse_schedules(text: str) -> tuple[str, ...]:
+    """``all``, ``megatron`` or comma-separated schedule names -> the names, in SCHEDULES order.
+
+    >>> parse_schedules("megatron")
+    ('1f1b', 'interleaved')
+    >>> parse_schedules("zbv, 1f1b")
+    ('1f1b', 'zbv')
+    """
+    if text.strip() == "all":
+        return tuple(SCHEDULES)
+    if text.strip() == "megatron":
+        return MEGATRON_SCHEDULES
+    return check_schedules([n.strip() for n in text.split(",") if n.strip()])
+
+
+def check_schedules(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` in SCHEDULES order, or PlannerError naming the unknown ones."""
+    unknown = [n for n in names if n not in SCHEDULES]
+    if unknown or not names:
+        raise PlannerError(
+            "schedules",
+            f"unknown schedule {', '.join(map(repr, unknown))}" if unknown else "no schedule",
+            "all, megatron, or names from " + ", ".join(SCHEDULES),
+        )
+    return tuple(n for n in SCHEDULES if n in names)
+
+
+def schedule_choices(schedules: Sequence[str], pp: int, vpp: int) -> tuple[str | None, ...]:
+    """The ``Structure.schedule`` values paired with (pp, vpp): the schedules of ``schedules``
+    that run ``vpp`` chunks per rank (their ``vpp_error``), the default for ``vpp`` as None.
+    pp 1 schedules nothing: None only (the other schedule rules are checked per candidate)."""
+    if pp == 1:
+        return (None,)
+    v = vpp if vpp > 1 else None
+    default = default_schedule_name(v)
+    return tuple(
+        None if n == default else n
+        for n in SCHEDULES
+        if n in schedules and SCHEDULES[n].vpp_error(v) is None
+    )
 
 
 @dataclass(frozen=True)
@@ -41,6 +93,12 @@ class Structure:
     ep: int
     dp: int
     micro_batch: int
+    schedule: str | None = None  # Layout.schedule: None is the default for vpp
+
+    @property
+    def schedule_name(self) -> str:
+        """The schedule this structure runs (its own, else the default for its vpp)."""
+        return self.schedule or default_schedule_name(self.vpp)
 
 
 @dataclass(frozen=True)
@@ -58,8 +116,11 @@ class Knobs:
 @dataclass
 class SearchSpace:
     """What the search may vary; None means "every legal value" for that axis (tp: powers of two
-    within one scale-up domain; tp above the domain is never searched). ``rejected``: rule name
-    -> candidates that rule removed in the last enumeration (see the module docstring)."""
+    within one scale-up domain; tp above the domain is never searched). ``schedules``: the
+    pipeline schedules the search may pair with a vpp when pp > 1 (default: those Megatron-LM
+    runs; ``tuple(planner.schedules.SCHEDULES)`` opens the zero-bubble and V ones). ``rejected``:
+    rule name -> candidates that rule removed in the last enumeration (see the module
+    docstring)."""
 
     gpus: tuple[int, ...]
     tp: tuple[int, ...] | None = None
@@ -74,6 +135,7 @@ class SearchSpace:
     overlap_tp_comm: tuple[bool, ...] = (False, True)
     overlap_dp_grad_reduce: tuple[bool, ...] = (True,)
     overlap_ep_comm: tuple[bool, ...] = (False,)
+    schedules: tuple[str, ...] = MEGATRON_SCHEDULES
     rejected: Counter = field(default_factory=Counter)
 
     def knobs(self) -> list[Knobs]:
@@ -103,7 +165,7 @@ def default_space(
 
 # the fields each level of the enumeration sets; every other field is constant within a search
 OUTER_FIELDS = frozenset({"gpus", "tp", "cp", "pp", "dp"})
-INNER_FIELDS = frozenset({"vpp", "ep", "micro_batch"})
+INNER_FIELDS = frozenset({"vpp", "ep", "micro_batch", "schedule"})
 KNOB_FIELDS = frozenset(f.name for f in fields(Knobs))
 
 
@@ -171,9 +233,17 @@ def structures(
     )
     eps = space.ep or (1,)
     knobs = _distinct_knobs(space)
+    schedules = check_schedules(space.schedules)
+    pairs = {  # pp > 1 -> vpp -> the schedules paired with it
+        piped: {v: schedule_choices(schedules, 2 if piped else 1, v) for v in space.vpp}
+        for piped in (False, True)
+    }
     below_outer = {
-        tp: len(space.vpp) * len(space.micro_batch) * sum(knobs[tp > 1, ep > 1] for ep in eps)
+        (tp, piped): sum(map(len, pairs[piped].values()))
+        * len(space.micro_batch)
+        * sum(knobs[tp > 1, ep > 1] for ep in eps)
         for tp in tps
+        for piped in (False, True)
     }
     trainings = {mb: training.model_copy(update={"micro_batch": mb}) for mb in space.micro_batch}
     rej = space.rejected
@@ -185,18 +255,22 @@ def structures(
             outer = Layout.model_construct(tp=tp, pp=pp, dp=dp, cp=cp)
             broken = _broken(OUTER_RULES, Candidate(model, cluster, outer, training, gpus))
             if broken:
-                rej[broken] += below_outer[tp]
+                rej[broken] += below_outer[tp, pp > 1]
                 continue
             for vpp, ep in itertools.product(space.vpp, eps):
-                inner = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp if vpp > 1 else None)
-                for mb in space.micro_batch:
-                    deadline.tick()
-                    c = Candidate(model, cluster, inner, trainings[mb], gpus)
-                    broken = _broken(INNER_RULES, c)
-                    if broken:
-                        rej[broken] += knobs[tp > 1, ep > 1]
-                        continue
-                    yield Structure(gpus, tp, cp, pp, vpp, ep, dp, mb)
+                for sched in pairs[pp > 1][vpp]:
+                    vpp_or_none = vpp if vpp > 1 else None
+                    inner = Layout(
+                        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp_or_none, schedule=sched
+                    )
+                    for mb in space.micro_batch:
+                        deadline.tick()
+                        c = Candidate(model, cluster, inner, trainings[mb], gpus)
+                        broken = _broken(INNER_RULES, c)
+                        if broken:
+                            rej[broken] += knobs[tp > 1, ep > 1]
+                            continue
+                        yield Structure(gpus, tp, cp, pp, vpp, ep, dp, mb, sched)
 
 
 def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, Training]:
@@ -210,6 +284,7 @@ def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, 
         cp=s.cp,
         ep=s.ep,
         vpp=s.vpp if s.vpp > 1 else None,
+        schedule=s.schedule,
         sequence_parallel=k.sequence_parallel,
         zero=k.zero,
         overlap_tp_comm=k.overlap_tp_comm,
