@@ -245,6 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=300)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument(
+        "--schedules",
+        default="megatron",
+        help="as planner search --schedules (all | megatron | a,b,c); must match the study's",
+    )
     a = ap.parse_args(argv)
     try:
         if a.trials < 1:
@@ -262,6 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValidationError as exc:
             raise pydantic_error_to_planner(exc, "training") from None
         space = default_space(model, cluster, gpus, a.seq_len)
+        from planner.search import parse_schedules  # lazy: the package imports this module
+
+        space = dataclasses.replace(space, schedules=parse_schedules(a.schedules))
         spec = storage_spec(a.storage)
         if spec[0] == "memory":  # pragma: no cover - storage_spec never returns it for a string
             raise PlannerError("storage", "a worker needs a shared storage", "a file or URL")
