@@ -48,7 +48,7 @@ class CaseTraining(_Strict):
 
 
 class CaseMeasured(_Strict):
-    tokens_per_s_per_gpu: float = Field(gt=0, le=1e9)
+    tokens_per_s_per_gpu: float = Field(ge=0.001, le=1e9)
     mfu_pct: float | None = Field(default=None, ge=0, le=1000)
     peak_memory_gib: float | None = Field(default=None, gt=0, le=16_384)
 
