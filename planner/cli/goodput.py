@@ -12,7 +12,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from planner.cli.common import console as stdout_console
 from planner.cli.common import json_out
@@ -27,6 +26,7 @@ from planner.goodput import (
     GoodputSettings,
     goodput,
 )
+from planner.render import _kv_table
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -90,22 +90,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return g
 
 
-def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    for key, value in rows:
-        table.add_row(escape(key), escape(value))
-    return table
-
-
 def render_goodput(console: Console, g: GoodputReport, title: str = "") -> None:
     """Checkpoint, failure, interval and wall-time tables of a GoodputReport."""
     if title:
         console.print(escape(title))
     mode = "asynchronous" if g.async_checkpoint else "synchronous"
     console.print(
-        _kv(
+        _kv_table(
             f"Checkpoint ({mode})",
             [
                 (
@@ -126,7 +117,7 @@ def render_goodput(console: Console, g: GoodputReport, title: str = "") -> None:
         )
     )
     console.print(
-        _kv(
+        _kv_table(
             "Failures",
             [
                 ("MTBF per GPU", f"{g.mtbf_hours_per_gpu:,.0f} h"),
@@ -138,7 +129,7 @@ def render_goodput(console: Console, g: GoodputReport, title: str = "") -> None:
         )
     )
     console.print(
-        _kv(
+        _kv_table(
             "Checkpoint interval",
             [
                 ("Young 1974", f"{g.young_interval_s / 60:,.1f} min"),
@@ -153,7 +144,7 @@ def render_goodput(console: Console, g: GoodputReport, title: str = "") -> None:
     )
     useful = 100.0 * g.effective_training_time_ratio
     console.print(
-        _kv(
+        _kv_table(
             "Wall time",
             [
                 ("training (goodput)", f"{useful:,.2f} %"),
