@@ -264,15 +264,11 @@ def show_timeline(layout: Layout, report: StepReport) -> None:
     timeline = _timeline(_report_key(report), layout.pp, layout.virtual_stages, report)
     st.plotly_chart(charts.pipeline_figure(timeline), key="est_pipeline_chart")
     scale, unit = charts.time_unit(timeline.end_s)
-    per_mb = timeline.forward_s + timeline.backward_s + timeline.comm_s
     st.caption(
-        "Schematic, derived from the report's totals (no second simulation): uniform stages; per "
-        "micro-batch and stage t = (step - bubble - DP comm - optimizer) / "
-        f"{report.microbatches} micro-batches = {per_mb * scale:.3g} {unit}, "
-        "its exposed TP/CP/EP/PP communication drawn after each pass and the rest split "
-        "forward : backward = 1 : 2 (recompute in the backward); "
-        f"{'interleaved ' if timeline.vpp > 1 else ''}1F1B order with warm-up and cool-down; "
-        "DP communication and the optimizer step close the step. "
+        f"Schematic: {timeline.derivation}; per micro-batch on the bottleneck stage: forward "
+        f"{timeline.forward_s * scale:.3g} {unit}, backward {timeline.backward_s * scale:.3g} "
+        f"{unit}, exposed communication {timeline.comm_s * scale:.3g} {unit}; DP communication "
+        "and the optimizer step close the step. "
         f"Drawn bubble on stage 1: {timeline.bubble_drawn_s * scale:.3g} {unit} "
         f"(report: {report.time_breakdown_s.get('pipeline_bubble', 0.0) * scale:.3g} {unit}); "
         f"drawn step {timeline.end_s * scale:.4g} {unit} (report: "

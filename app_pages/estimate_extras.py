@@ -2,7 +2,7 @@
 and checkpoints, and levers.
 
 The inputs are generated from the fields of :data:`LAYOUT_SPEC` and :data:`TRAINING_SPEC`
-(``planner.cli.fields.input_fields``, as the command line's flags): a ``Literal`` is a select
+(``planner.specs.fields.input_fields``, as the command line's flags): a ``Literal`` is a select
 box, a ``bool`` a checkbox, an ``int`` a number input within the field's bounds, a tuple of
 choices a multiselect, the description the help. The fields the page has always shown keep
 their place, label and key (:data:`ROWS`, :data:`LABELS`, :data:`KEYS`); any other field,
@@ -25,7 +25,6 @@ import streamlit as st
 
 from app_pages import common as c
 from planner.advise import Lever, advise
-from planner.cli.fields import InputField, input_fields
 from planner.goodput import (
     DEFAULT_MTBF_HOURS_PER_GPU,
     DEFAULT_RESTART_MINUTES,
@@ -36,6 +35,7 @@ from planner.goodput import (
 )
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
+from planner.specs.fields import InputField, input_fields
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec

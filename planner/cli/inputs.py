@@ -40,14 +40,6 @@ LEGACY_FLAGS = {
     "overlap_ep_comm": "--overlap-ep",
 }
 # help of the fields the specs do not describe yet (a spec description takes precedence)
-FALLBACK_HELP = {
-    "sequence_parallel": "Megatron sequence parallel",
-    "overlap_dp_grad_reduce": "do not overlap the DP gradient reduction with backward",
-    "overlap_tp_comm": "overlap TP communication",
-    "overlap_zero3_param_gather": "do not overlap the ZeRO-3 parameter all-gather",
-    "recompute": "activation recomputation",
-    "precision": "training precision",
-}
 # the command line's defaults where the spec has none (global_batch stays required)
 TRAINING_DEFAULTS = {"seq_len": 4096}
 
@@ -69,12 +61,8 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="total GPUs of the job (required unless --layout FILE gives it)",
     )
-    add_field_flags(
-        p, LAYOUT_SPEC, flags=LEGACY_FLAGS, helps=FALLBACK_HELP, custom={"dp": _add_dp_flag}
-    )
-    add_field_flags(
-        p, TRAINING_SPEC, flags=LEGACY_FLAGS, helps=FALLBACK_HELP, defaults=TRAINING_DEFAULTS
-    )
+    add_field_flags(p, LAYOUT_SPEC, flags=LEGACY_FLAGS, custom={"dp": _add_dp_flag})
+    add_field_flags(p, TRAINING_SPEC, flags=LEGACY_FLAGS, defaults=TRAINING_DEFAULTS)
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
     add_profile_device_flag(p)
     p.add_argument(

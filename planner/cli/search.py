@@ -18,7 +18,6 @@ from rich.console import Console
 
 import planner
 from planner.cli.common import CLUSTER_HELP, MODEL_HELP, add_profile_device_flag, console
-from planner.cli.fields import input_fields
 from planner.errors import PlannerError
 from planner.profile import check_profile_device
 from planner.report import TIME_CATEGORIES
@@ -26,6 +25,7 @@ from planner.safe_io import dumps_strict
 from planner.search import METHODS, SearchResult, parse_schedules, search
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports, write_exports
+from planner.specs.fields import input_fields
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Training
 from planner.specs.model import ModelSpec

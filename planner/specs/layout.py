@@ -52,7 +52,11 @@ class Layout(_Frozen):
     vpp: int | None = Field(
         default=None, ge=1, le=MAX_LAYERS, description="virtual stages per pipeline rank"
     )
-    sequence_parallel: bool = False
+    sequence_parallel: bool = Field(
+        default=False,
+        description="Megatron sequence parallelism: norms and dropout sharded over the TP group, "
+        "TP all-reduce as reduce-scatter + all-gather (Korthikanti et al. 2022; needs tp > 1)",
+    )
     zero: Literal[0, 1, 2, 3] = Field(
         default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params"
     )
@@ -62,9 +66,21 @@ class Layout(_Frozen):
         "Qi et al. 2023), interleaved-zb (vpp >= 2), zbv, dualpipev (V-shaped, vpp 2); None: "
         "interleaved iff vpp > 1",
     )
-    overlap_dp_grad_reduce: bool = True
-    overlap_tp_comm: bool = False
-    overlap_zero3_param_gather: bool = True
+    overlap_dp_grad_reduce: bool = Field(
+        default=True,
+        description="overlap the DP gradient reduction with the backward pass (Megatron "
+        "--overlap-grad-reduce, PyTorch DDP buckets)",
+    )
+    overlap_tp_comm: bool = Field(
+        default=False,
+        description="overlap TP communication with the GEMMs (Transformer Engine "
+        "--tp-comm-overlap, PyTorch async TP)",
+    )
+    overlap_zero3_param_gather: bool = Field(
+        default=True,
+        description="prefetch the ZeRO-3 / FSDP parameter all-gather behind the previous "
+        "layer's compute",
+    )
     overlap_ep_comm: bool = Field(
         default=False,
         description="hide the MoE dispatch/combine all-to-all behind another micro-batch's "
@@ -122,7 +138,11 @@ class Training(_Frozen):
     micro_batch: int = Field(
         default=1, ge=1, le=MAX_MICRO_BATCH, description="sequences per micro-batch per DP rank"
     )
-    recompute: Recompute = "none"
+    recompute: Recompute = Field(
+        default="none",
+        description="activation recomputation: none, selective (the recompute_modules re-run in "
+        "backward) or full (each layer's forward re-run in backward)",
+    )
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         default=None,
         max_length=16,
@@ -130,7 +150,11 @@ class Training(_Frozen):
         "--recompute-modules): core_attn, mla_up_proj, moe_act, mlp, layernorm, moe, "
         "shared_experts; None: core_attn (Korthikanti et al. 2022)",
     )
-    precision: TrainPrecision = "bf16"
+    precision: TrainPrecision = Field(
+        default="bf16",
+        description="precision of the training GEMMs (fp8: Transformer Engine, bf16 master "
+        "weights; fp32: no tensor-core reduced precision)",
+    )
     attention_kernel: AttentionKernel = Field(
         default="fused",
         description="fused: the accelerator's best fused kernel (cuDNN / FlashAttention-3 on "

@@ -11,7 +11,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from planner.cli import inputs, main
-from planner.cli.fields import add_field_flags, comma_list, input_fields
+from planner.cli.fields import add_field_flags, comma_list
+from planner.specs.fields import input_fields
 from planner.specs.layout import Layout, Training
 
 SMALL = [
