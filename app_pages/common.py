@@ -37,7 +37,13 @@ from planner.errors import PlannerError
 from planner.profile import CalibrationProfile, check_profile_device
 from planner.report import StepReport
 from planner.resources import shipped_cases
-from planner.safe_io import MAX_CASES_BYTES, decode_text, load_json, load_yaml
+from planner.safe_io import (
+    MAX_CASES_BYTES,
+    MAX_SPEC_NODES,
+    decode_text,
+    load_json,
+    load_yaml,
+)
 from planner.search import SearchResult, SearchSpace, default_space
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -363,12 +369,14 @@ def read_upload(upload: Uploaded, what: str, max_bytes: int = MAX_UPLOAD_BYTES) 
     return decode_text(data, what)
 
 
-def parse_yaml(text: str, what: str, max_bytes: int = MAX_UPLOAD_BYTES) -> Any:
+def parse_yaml(
+    text: str, what: str, max_bytes: int = MAX_UPLOAD_BYTES, max_nodes: int = MAX_SPEC_NODES
+) -> Any:
     """Untrusted YAML through :func:`planner.safe_io.load_yaml` (safe tags, bounded size,
     nesting and alias expansion); a tag that would build a Python object is refused with a
     message that says so."""
     try:
-        return load_yaml(text, what, max_bytes)
+        return load_yaml(text, what, max_bytes, max_nodes)
     except PlannerError as exc:
         if "constructor for the tag" in exc.message:
             raise PlannerError(

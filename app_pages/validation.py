@@ -17,7 +17,8 @@ import streamlit as st
 from app_pages import charts
 from app_pages import common as c
 from planner.errors import PlannerError
-from planner.validate import run_case, summarize, validate_file
+from planner.safe_io import MAX_CASES_NODES
+from planner.validate import check_case_list, run_case, summarize, validate_file
 
 PUBLIC = "Public validation cases"
 HELDOUT = "Held-out MoE rows"
@@ -37,17 +38,8 @@ def uploaded_results(text: str, prof_state: str, _profile_for: Any) -> dict:
     within the app's time budget; a file that cannot be read or run is ``{"error": line}``
     (cached too, so a rerun does not spend the budget again)."""
     try:
-        data = c.parse_yaml(text, "FILE")
-        if not isinstance(data, list):
-            raise PlannerError(
-                "FILE",
-                f"expected a YAML list of cases, got {type(data).__name__}",
-                "schema version 1 (see shared/validation/README.md)",
-            )
-        if len(data) > MAX_CASES:
-            raise PlannerError(
-                "FILE", f"{len(data):,} cases", f"at most {MAX_CASES} cases per upload"
-            )
+        parsed = c.parse_yaml(text, "FILE", c.MAX_CASES_UPLOAD_BYTES, MAX_CASES_NODES)
+        data = check_case_list(parsed, MAX_CASES)
         deadline = c.Deadline("FILE", c.CASES_BUDGET_S, "simulating the cases")
         clusters = set(c.cluster_ids())
         cases = []

@@ -4,9 +4,11 @@ Every failure is a one-line :class:`PlannerError` naming what was read. The guar
 work and memory of a read proportional to the file's size, whatever it holds:
 
 * the size is checked (``stat``, then a bounded read) before anything is parsed;
-* YAML is composed with a loader that refuses nesting deeper than ``MAX_DEPTH`` and documents
-  whose aliases would expand to more than ``MAX_EXPANDED_NODES`` nodes (a 1 KB
-  "billion laughs" file expands to 10^9), before any Python object is built;
+* YAML is first walked as libyaml's event stream, which refuses more nodes than the document
+  kind allows (``MAX_SPEC_NODES``, ``MAX_CASES_NODES``: parse time grows with nodes, not
+  bytes), nesting deeper than ``MAX_DEPTH`` and aliases that would expand to more than
+  ``MAX_EXPANDED_NODES`` nodes (a 1 KB "billion laughs" file expands to 10^9), before any
+  Python object is built;
 * JSON nesting deeper than ``MAX_DEPTH`` is refused before ``json.loads`` recurses.
 """
 
@@ -21,7 +23,10 @@ import yaml
 from planner.errors import PlannerError
 
 MAX_SPEC_BYTES = 1_000_000  # a model, cluster, layout or profile file
-MAX_CASES_BYTES = 50_000_000  # a validation file
+MAX_CASES_BYTES = 10_000_000  # a validation file (the shipped public file is 0.21 MB)
+MAX_SPEC_NODES = 20_000  # YAML nodes (scalars, aliases, collections) of a spec: shipped <= 300
+MAX_CASES_NODES = 250_000  # YAML nodes of a validation file: the public file has 10,524
+MAX_CASES_PER_FILE = 2_000  # cases of one validation file (the public file has 120)
 MAX_DEPTH = 64  # mapping/sequence nesting of any document
 MAX_EXPANDED_NODES = 1_000_000  # YAML nodes after alias expansion
 
@@ -69,80 +74,99 @@ def read_text(path: str | Path, what: str, max_bytes: int = MAX_SPEC_BYTES) -> s
     return decode_text(read_bytes(path, what, max_bytes), what)
 
 
-class _GuardedLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` (no object tags) that bounds nesting and alias expansion."""
+# libyaml's parser when PyYAML was built with it (PyPI's wheels are): about 1 us per event
+_CLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def __init__(self, stream: str, what: str) -> None:
-        super().__init__(stream)
-        self._what = what
-        self._depth = 0
-        self._aliases = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # PyYAML hook
-        if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise PlannerError(
-                    self._what,
-                    f"nesting deeper than {MAX_DEPTH} levels at line {mark.line + 1}",
-                    f"a document nested at most {MAX_DEPTH} levels",
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+def _too_many(what: str, max_nodes: int) -> PlannerError:
+    return PlannerError(
+        what, f"more than {max_nodes:,} YAML nodes", f"a document of at most {max_nodes:,} values"
+    )
 
-    def get_single_node(self) -> Any:  # PyYAML hook: the composed graph, before construction
-        node = super().get_single_node()
-        if node is not None and self._aliases and _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+
+def _check_events(text: str, what: str, max_nodes: int) -> None:
+    """Walk the YAML event stream once (no Python object built) and refuse, at the first event
+    that crosses a limit: more than ``max_nodes`` nodes, nesting deeper than ``MAX_DEPTH``,
+    aliases that expand the document past ``MAX_EXPANDED_NODES`` nodes, or an alias inside the
+    node it names. The work is one C event per node, so bounded by ``max_nodes``."""
+    stack: list[list[Any]] = []  # per open collection: [expanded nodes so far, anchor]
+    expanded: dict[str, int] = {}  # anchor -> its node's expanded size
+    open_anchors: set[str] = set()
+    nodes = total = 0
+
+    def add(size: int) -> None:
+        nonlocal total
+        if stack:
+            stack[-1][0] += size
+        else:
+            total += size
+        if (stack[0][0] if stack else total) > MAX_EXPANDED_NODES:
             raise PlannerError(
-                self._what,
-                f"aliases expand the document to more than {MAX_EXPANDED_NODES:,} nodes "
-                "(or refer to themselves)",
+                what,
+                f"aliases expand the document to more than {MAX_EXPANDED_NODES:,} nodes",
                 "a document without alias bombs (fewer or shallower aliases)",
             )
-        return node
+
+    for event in yaml.parse(text, Loader=_CLoader):
+        if isinstance(event, yaml.NodeEvent):  # scalar, alias or collection start
+            nodes += 1
+            if nodes > max_nodes:
+                raise _too_many(what, max_nodes)
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in open_anchors:
+                raise PlannerError(
+                    what,
+                    f"alias *{event.anchor} refers to itself (it is inside the node it names, "
+                    f"line {event.start_mark.line + 1})",
+                    "aliases to complete nodes only",
+                )
+            add(expanded.get(event.anchor, 1))
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor:
+                expanded[event.anchor] = 1
+            add(1)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_DEPTH:
+                raise PlannerError(
+                    what,
+                    f"nesting deeper than {MAX_DEPTH} levels at line {event.start_mark.line + 1}",
+                    f"a document nested at most {MAX_DEPTH} levels",
+                )
+            stack.append([1, event.anchor])
+            if event.anchor:
+                open_anchors.add(event.anchor)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            size, anchor = stack.pop()
+            if anchor:
+                expanded[anchor] = size
+                open_anchors.discard(anchor)
+            add(size)
 
 
-def _expanded_size(node: Any, memo: dict[int, int]) -> int:
-    """Nodes of ``node`` with every alias expanded, counted without expanding (memoised on
-    shared nodes); a recursive alias counts as more than the limit."""
-    key = id(node)
-    if memo.get(key) == -1:  # a recursive alias (the node inside itself): infinite
-        return MAX_EXPANDED_NODES + 1
-    if key in memo:
-        return memo[key]
-    memo[key] = -1
-    total = 1
-    if isinstance(node, yaml.SequenceNode):
-        total += sum(_expanded_size(child, memo) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        total += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
-    total = min(total, MAX_EXPANDED_NODES + 1)
-    memo[key] = total
-    return total
-
-
-def load_yaml(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
-    """Parse untrusted YAML: safe tags only, bounded size, depth and alias expansion; a syntax
-    error names its line."""
+def load_yaml(
+    text: str, what: str, max_bytes: int = MAX_SPEC_BYTES, max_nodes: int = MAX_SPEC_NODES
+) -> Any:
+    """Parse untrusted YAML: safe tags only; size, node count, depth and alias expansion
+    checked on the event stream before any object is built; a syntax error names its line."""
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise PlannerError(
             what, f"text is larger than {_size_text(max_bytes)}", "a smaller document"
         )
-    loader = None
     try:
-        loader = _GuardedLoader(text, what)  # the reader refuses control characters here
-        return loader.get_single_data()
+        _check_events(text, what, max_nodes)
+        return yaml.load(text, Loader=_CLoader)  # noqa: S506 - a safe loader
+    except PlannerError:
+        raise
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "malformed YAML"
         if isinstance(exc, yaml.reader.ReaderError):
-            problem = f"control character {exc.character!r} at offset {exc.position}"
-        raise PlannerError(what, f"invalid YAML{where}: {problem}", "a YAML mapping") from None
+            char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+            problem = f"control character {char!r} at offset {exc.position}"
+        raise PlannerError(
+            what, f"invalid YAML{where}: {' '.join(str(problem).split())[:160]}", "a YAML mapping"
+        ) from None
     except RecursionError:
         raise PlannerError(
             what, "nesting too deep", f"a document nested at most {MAX_DEPTH} levels"
@@ -151,9 +175,6 @@ def load_yaml(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
         raise PlannerError(
             what, f"invalid value: {' '.join(str(exc).split())[:120]}", "values in range"
         ) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
 
 
 def _json_depth_ok(text: str) -> bool:

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.resources import cases_path
-from planner.safe_io import MAX_CASES_BYTES
+from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
 from planner.specs.base import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MICRO_BATCH, MAX_SEQ_LEN, Spec
 from planner.specs.hardware import Cluster
@@ -349,14 +349,48 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
+def check_case_list(data: Any, max_cases: int = MAX_CASES_PER_FILE) -> list[Any]:
+    """A parsed validation file as its list of raw cases: a list of at most ``max_cases``
+    cases whose ids are unique (a case repeated through YAML aliases would be simulated once
+    per copy, and its rows could not be told apart)."""
+    if not isinstance(data, list):
+        raise PlannerError(
+            "FILE",
+            f"expected a YAML list of cases, got {type(data).__name__}",
+            "schema version 1 (a list of case mappings)",
+        )
+    if len(data) > max_cases:
+        raise PlannerError(
+            "FILE", f"{len(data):,} cases", f"at most {max_cases:,} cases per file (split it)"
+        )
+    seen: dict[int, str] = {}
+    ids: set[str] = set()
+    for i, raw in enumerate(data):
+        if id(raw) in seen:  # the same node twice: an alias of an earlier case
+            raise PlannerError(
+                f"FILE[{i}]", f"repeats case {seen[id(raw)]!r} (a YAML alias)", "unique cases"
+            )
+        case_id = _case_id(raw)
+        seen[id(raw)] = case_id
+        if case_id != "?" and case_id in ids:
+            raise PlannerError(f"FILE[{i}].id", f"duplicate id {case_id!r}", "unique case ids")
+        ids.add(case_id)
+    return data
+
+
 def validate_file(path: str | Path, profile_for: Any) -> dict:
     """Run every case of a validation file (a path, or a shipped id: ``public``,
     ``heldout_moe``); ``profile_for(cluster) -> CalibrationProfile``."""
-    data = read_yaml_file(cases_path(path), "FILE", MAX_CASES_BYTES)
-    if not isinstance(data, list):
-        raise PlannerError("FILE", "expected a YAML list of cases", "schema version 1")
-    cases = [run_case(raw, profile_for) for raw in data]
+    data = read_yaml_file(cases_path(path), "FILE", MAX_CASES_BYTES, MAX_CASES_NODES)
+    cases = [run_case(raw, profile_for) for raw in check_case_list(data)]
     return {"cases": cases, "summary": summarize(cases)}
 
 
-__all__ = ["Case", "CalibrationProfile", "run_case", "summarize", "validate_file"]
+__all__ = [
+    "Case",
+    "CalibrationProfile",
+    "check_case_list",
+    "run_case",
+    "summarize",
+    "validate_file",
+]

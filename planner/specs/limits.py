@@ -11,16 +11,29 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
+from planner.safe_io import (
+    MAX_CASES_BYTES,
+    MAX_CASES_NODES,
+    MAX_CASES_PER_FILE,
+    MAX_DEPTH,
+    MAX_EXPANDED_NODES,
+    MAX_SPEC_BYTES,
+    MAX_SPEC_NODES,
+)
 from planner.specs.base import _bound_text, _unwrap
 
-HEADER = """# Input limits
+HEADER = f"""# Input limits
 
 Every field of every spec has a finite range; a value outside it is refused when the file is
 read, with one line naming the field and this range (`planner` exits 2, the app shows one error
 line). Numbers must be finite (no `.inf`, `.nan`, `Infinity`); a boolean is not accepted where
 a number goes. Files are read with their size checked first (specs, layouts and profiles under
-1 MB, validation files under 50 MB, profiler traces under 1 GB), as UTF-8, and YAML/JSON nesting
-is limited to 64 levels; YAML aliases may not expand a document beyond 1,000,000 nodes.
+{MAX_SPEC_BYTES / 1e6:g} MB, validation files under {MAX_CASES_BYTES / 1e6:g} MB, profiler traces
+under 1 GB), as UTF-8. YAML is checked on its event stream before any object is built: at most
+{MAX_SPEC_NODES:,} nodes in a spec and {MAX_CASES_NODES:,} in a validation file, nesting of at most
+{MAX_DEPTH} levels (JSON too), aliases that expand a document to at most {MAX_EXPANDED_NODES:,}
+nodes and never refer to themselves. A validation file holds at most {MAX_CASES_PER_FILE:,}
+cases with unique ids (no case repeated through an alias).
 Beyond the per-field ranges: `tp x cp x dp x pp` is at most 1,048,576 GPUs, and a Chrome trace
 holds at most 1,000,000 forward/backward ops.
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.resources import ACCELERATORS_DIR, CLUSTERS_DIR, MODELS_DIR, data_root
-from planner.safe_io import MAX_SPEC_BYTES, load_yaml, read_text
+from planner.safe_io import MAX_SPEC_BYTES, MAX_SPEC_NODES, load_yaml, read_text
 from planner.specs.hardware import AcceleratorSpec, Cluster, ClusterSpec
 from planner.specs.model import ModelSpec
 
@@ -23,15 +23,19 @@ def shipped_ids(directory: Path) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
-def read_yaml_text(text: str, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
-    """Parse YAML safely (no object tags, bounded size, depth and alias expansion); a syntax
-    error names the line."""
-    return load_yaml(text, what, max_bytes)
+def read_yaml_text(
+    text: str, what: str, max_bytes: int = MAX_SPEC_BYTES, max_nodes: int = MAX_SPEC_NODES
+) -> Any:
+    """Parse YAML safely (no object tags, bounded size, node count, depth and alias
+    expansion); a syntax error names the line."""
+    return load_yaml(text, what, max_bytes, max_nodes)
 
 
-def read_yaml_file(path: str | Path, what: str, max_bytes: int = MAX_SPEC_BYTES) -> Any:
+def read_yaml_file(
+    path: str | Path, what: str, max_bytes: int = MAX_SPEC_BYTES, max_nodes: int = MAX_SPEC_NODES
+) -> Any:
     """A YAML file read with its size checked first and strict UTF-8 (planner.safe_io)."""
-    return load_yaml(read_text(path, what, max_bytes), what, max_bytes)
+    return load_yaml(read_text(path, what, max_bytes), what, max_bytes, max_nodes)
 
 
 def parse_spec(data: Any, cls: type[T], what: str) -> T:
