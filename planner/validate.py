@@ -6,20 +6,22 @@ A case that cannot be read gets status "error" with the field at fault; the run 
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, create_model
+from pydantic_core import PydanticUndefined
 
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.profile import CalibrationProfile
 from planner.resources import cases_path
 from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
-from planner.specs.base import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MICRO_BATCH, MAX_SEQ_LEN, Spec
+from planner.specs.base import MAX_GPUS, Spec
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import load_cluster, read_yaml_file
@@ -28,23 +30,32 @@ from planner.specs.model import ModelSpec
 _Strict = Spec
 
 
-class CaseLayout(_Strict):
-    tp: int = Field(ge=1, le=MAX_GPUS)
-    pp: int = Field(ge=1, le=MAX_GPUS)
-    dp: int = Field(ge=1, le=MAX_GPUS)
-    cp: int = Field(default=1, ge=1, le=MAX_GPUS)
-    ep: int = Field(default=1, ge=1, le=MAX_GPUS)
-    vpp: int | None = Field(default=None, ge=1, le=10_000)
-    sequence_parallel: bool = False
-    zero: Literal[0, 1, 2, 3] = 0
+def case_section(name: str, spec: type[Spec], required: tuple[str, ...], doc: str) -> type[Spec]:
+    """A case's ``layout:`` or ``training:`` model generated from ``spec``'s own fields: the
+    same types, ranges and descriptions (one source of truth), ``required`` as in schema 1 and
+    every other field optional, ``None`` meaning "not stated" (the spec's default, or the
+    framework's, applies). A field added to Layout or Training is accepted by cases too."""
+    fields: dict[str, Any] = {}
+    for fname, info in spec.model_fields.items():
+        copied = copy.copy(info)
+        if fname not in required:
+            copied.default = None
+            fields[fname] = (info.annotation | None, copied)
+        else:
+            copied.default = PydanticUndefined
+            fields[fname] = (info.annotation, copied)
+    return create_model(name, __base__=_Strict, __doc__=doc, **fields)
 
 
-class CaseTraining(_Strict):
-    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
-    micro_batch: int | None = Field(default=None, ge=1, le=MAX_MICRO_BATCH)
-    global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH)
-    recompute: Literal["none", "selective", "full"] = "none"
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+CaseLayout = case_section(
+    "CaseLayout", Layout, ("tp", "pp", "dp"), "A case's layout (schema 1: tp, pp, dp required)."
+)
+CaseTraining = case_section(
+    "CaseTraining",
+    Training,
+    ("seq_len", "global_batch"),
+    "A case's training (schema 1: seq_len, global_batch; micro_batch None: not published).",
+)
 
 
 class CaseMeasured(_Strict):
@@ -198,27 +209,16 @@ def case_inputs(case: Case) -> tuple[ModelSpec, Cluster, Layout, Training, list[
     if mb is None:
         mb = 1
         notes.append("micro_batch not published: assumed 1")
-    layout = Layout(
-        tp=lay.tp,
-        pp=lay.pp,
-        dp=lay.dp,
-        cp=lay.cp,
-        ep=lay.ep,
-        vpp=lay.vpp,
-        sequence_parallel=lay.sequence_parallel,
-        zero=lay.zero,
-        **framework_overlaps(case.framework, lay.sequence_parallel, lay.tp, case.source),
-    )
+    stated_layout = lay.model_dump(exclude_none=True)
+    overlaps = framework_overlaps(case.framework, bool(lay.sequence_parallel), lay.tp, case.source)
+    layout = Layout(**{**overlaps, **stated_layout})  # what the case states wins
     t = case.training
-    training = Training(
-        seq_len=t.seq_len,
-        global_batch=t.global_batch,
-        micro_batch=mb,
-        recompute=t.recompute,
-        precision=t.precision,
+    recompute = t.recompute or "none"
+    framework = {
         **framework_kernels(case.framework, case.source),
-        **framework_recompute(case.framework, case.model, t.recompute),
-    )
+        **framework_recompute(case.framework, case.model, recompute),
+    }
+    training = Training(**{**framework, **t.model_dump(exclude_none=True), "micro_batch": mb})
     offload = stated_offload_layers(case)
     if offload:
         training = training.model_copy(update={"offload_layers": offload})

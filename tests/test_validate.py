@@ -111,3 +111,34 @@ def test_shipped_profiles_are_what_the_fit_script_writes(accel):
     shipped = json.loads((PROFILES_DIR / f"{accel}.json").read_text())
     rebuilt = build_profile(accel, fit_attention(), fit_hierarchical_overlap())
     assert json.loads(json.dumps(rebuilt)) == shipped
+
+
+def test_case_sections_are_generated_from_the_specs():
+    """CaseLayout / CaseTraining carry Layout / Training's own fields and ranges: a field
+    added to the spec is accepted by a case with no other edit; schema-1 fields stay required."""
+    from pydantic import Field, ValidationError
+
+    from planner.specs.layout import Layout
+    from planner.validate import CaseLayout, case_section
+
+    class ChunkedLayout(Layout):
+        message_chunks: int = Field(default=1, ge=1, le=8, description="pieces per message")
+
+    section = case_section("S", ChunkedLayout, ("tp", "pp", "dp"), "test")
+    assert section.model_validate({"tp": 1, "pp": 1, "dp": 1, "message_chunks": 4})
+    with pytest.raises(ValidationError, match="message_chunks"):
+        section.model_validate({"tp": 1, "pp": 1, "dp": 1, "message_chunks": 9})
+    with pytest.raises(ValidationError, match="tp"):
+        CaseLayout.model_validate({"pp": 1, "dp": 1})
+    assert CaseLayout.model_fields["cp"].metadata == Layout.model_fields["cp"].metadata
+
+
+def test_a_stated_layout_field_wins_over_the_framework_default():
+    case = _a_case()
+    case["framework"] = "nemo"  # NeMo recipes overlap TP communication by default
+    case["layout"].update(tp=2, dp=case["num_gpus"] // 2, pp=1, cp=1, sequence_parallel=True)
+    base = run_case(copy.deepcopy(case), planner.default_profile)
+    case["layout"]["overlap_tp_comm"] = False
+    off = run_case(case, planner.default_profile)
+    assert base["status"] == off["status"] == "ok"
+    assert off["predicted_tokens_per_s_per_gpu"] < base["predicted_tokens_per_s_per_gpu"]
