@@ -241,3 +241,20 @@ def test_optuna_suggests_the_schedule(piped) -> None:
         assert_legal(model, cluster, e.gpus, e.layout, e.training)
     # the default space has one schedule value: no schedule parameter, as before the knob
     assert Encoding(list(structures(model, cluster, tr, space)), space).schedules == (None,)
+
+
+def test_search_knobs_are_spec_fields_with_the_specs_choices():
+    """Every knob is the Layout or Training field of its name, and every axis a knob may take
+    lies inside that field's own choices (the default axes are the spec's choices)."""
+    from dataclasses import fields as dc_fields
+
+    from planner.search.space import Knobs, SearchSpace, field_choices
+    from planner.specs.layout import Layout, Training
+
+    space = SearchSpace(gpus=(8,))
+    for f in dc_fields(Knobs):
+        spec = Layout if f.name in Layout.model_fields else Training
+        assert f.name in spec.model_fields, f.name
+        assert set(getattr(space, f.name)) <= set(field_choices(spec, f.name)), f.name
+    assert space.recompute == field_choices(Training, "recompute")
+    assert space.zero == field_choices(Layout, "zero")

@@ -22,6 +22,7 @@ import itertools
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import Literal, get_args, get_origin
 
 from planner.divisors import divisors
 from planner.errors import PlannerError
@@ -101,9 +102,22 @@ class Structure:
         return self.schedule or default_schedule_name(self.vpp)
 
 
+def field_choices(spec: type[Layout] | type[Training], name: str) -> tuple:
+    """Every value of a spec field with finite choices (a ``Literal`` or a bool), in the order
+    the spec declares them: the search's axis for that field is the spec's own."""
+    annotation = spec.model_fields[name].annotation
+    if annotation is bool:
+        return (False, True)
+    choices = get_args(annotation)
+    if get_origin(annotation) is not Literal or not choices:
+        raise PlannerError(f"{spec.__name__}.{name}", "not a field with finite choices")
+    return choices
+
+
 @dataclass(frozen=True)
 class Knobs:
-    """The switches of a candidate (the knob rules of ``SEARCH_RULES`` may reject some)."""
+    """The switches of a candidate (the knob rules of ``SEARCH_RULES`` may reject some); each
+    is the Layout or Training field of the same name (a test checks)."""
 
     recompute: str
     zero: int
@@ -129,8 +143,8 @@ class SearchSpace:
     vpp: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
     ep: tuple[int, ...] | None = None
     micro_batch: tuple[int, ...] = (1, 2, 4, 8)
-    recompute: tuple[str, ...] = ("none", "selective", "full")
-    zero: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = field(default_factory=lambda: field_choices(Training, "recompute"))
+    zero: tuple[int, ...] = field(default_factory=lambda: field_choices(Layout, "zero"))
     sequence_parallel: tuple[bool, ...] = (False, True)
     overlap_tp_comm: tuple[bool, ...] = (False, True)
     overlap_dp_grad_reduce: tuple[bool, ...] = (True,)
