@@ -117,49 +117,50 @@ def _finite_curves(
     return out
 
 
-def body() -> None:
-    """The Calibration page."""
-    st.title("Calibration")
-    st.caption(
-        "Efficiency curves of a calibration profile against the shipped one, on one cluster's "
-        "hardware; use an uploaded profile on every page."
-    )
+def _cluster_choice() -> Cluster:
+    """The cluster whose hardware the curves use (defaulting to the one chosen last)."""
     clusters = c.cluster_ids()
     if "cal_cluster" not in st.session_state:
         last = st.session_state.get(c.LAST_CLUSTER, c.DEFAULT_CLUSTER)
         st.session_state["cal_cluster"] = last if last in clusters else c.DEFAULT_CLUSTER
-    cluster = c.load_cluster(
+    return c.load_cluster(
         st.selectbox("Cluster (hardware the curves use)", clusters, key="cal_cluster")
     )
-    shipped = c.shipped_profile(cluster.id)
-    uploaded = _upload()
-    active = c.active_profile()
 
-    if uploaded is not None:
-        if "cal_all" not in st.session_state:
-            st.session_state["cal_all"] = bool(st.session_state.get(c.PROFILE_ALL, False))
-        any_device = st.checkbox(
-            ANY_DEVICE_LABEL,
-            key="cal_all",
-            help="Off: a profile is used only on clusters of the accelerator it was measured "
-            "on (elsewhere each cluster's shipped profile). On: on every accelerator, as "
-            "planner --profile-for-any-device.",
+
+def _offer_upload(
+    uploaded: CalibrationProfile, cluster: Cluster, active: CalibrationProfile | None
+) -> tuple[CalibrationProfile | None, CalibrationProfile | None]:
+    """The any-accelerator checkbox and the "Use this profile" button of an uploaded profile;
+    (uploaded, active) after them: uploaded None where it cannot apply to ``cluster``."""
+    if "cal_all" not in st.session_state:
+        st.session_state["cal_all"] = bool(st.session_state.get(c.PROFILE_ALL, False))
+    any_device = st.checkbox(
+        ANY_DEVICE_LABEL,
+        key="cal_all",
+        help="Off: a profile is used only on clusters of the accelerator it was measured "
+        "on (elsewhere each cluster's shipped profile). On: on every accelerator, as "
+        "planner --profile-for-any-device.",
+    )
+    st.session_state[c.PROFILE_ALL] = any_device
+    try:
+        c.use_profile(uploaded, cluster, any_device=any_device)
+    except PlannerError as exc:
+        st.error(f"{c.one_line(exc)}. Tick '{ANY_DEVICE_LABEL}' to apply it anyway.")
+        return None, active
+    if st.button("Use this profile", type="primary", key="cal_use"):
+        st.session_state[c.ACTIVE_PROFILE] = uploaded
+        active = uploaded
+    if any_device and uploaded.accelerator != cluster.spec.accelerator:
+        st.warning(
+            f"`{uploaded.id}` was measured on `{uploaded.accelerator}`; the curves "
+            f"below apply it to {cluster.accelerator.name}'s datasheet figures."
         )
-        st.session_state[c.PROFILE_ALL] = any_device
-        try:
-            c.use_profile(uploaded, cluster, any_device=any_device)
-        except PlannerError as exc:
-            st.error(f"{c.one_line(exc)}. Tick '{ANY_DEVICE_LABEL}' to apply it anyway.")
-            uploaded = None
-        else:
-            if st.button("Use this profile", type="primary", key="cal_use"):
-                st.session_state[c.ACTIVE_PROFILE] = uploaded
-                active = uploaded
-            if any_device and uploaded.accelerator != cluster.spec.accelerator:
-                st.warning(
-                    f"`{uploaded.id}` was measured on `{uploaded.accelerator}`; the curves "
-                    f"below apply it to {cluster.accelerator.name}'s datasheet figures."
-                )
+    return uploaded, active
+
+
+def _active_status(active: CalibrationProfile | None) -> None:
+    """Which profile every page uses, with a button back to the shipped ones."""
     if active is not None:
         scope = (
             "every accelerator"
@@ -175,8 +176,16 @@ def body() -> None:
             st.rerun()
     else:
         st.info("Active: the shipped profile of each accelerator.")
-    c.sidebar_status()
 
+
+def _profiles_to_draw(
+    cluster: Cluster,
+    shipped: CalibrationProfile,
+    active: CalibrationProfile | None,
+    uploaded: CalibrationProfile | None,
+) -> list[tuple[str, CalibrationProfile]]:
+    """(name, profile) of the shipped, active and uploaded profiles, each once; an active
+    profile not applied to ``cluster`` is said in a caption instead."""
     profiles: list[tuple[str, CalibrationProfile]] = [(f"shipped: {shipped.id}", shipped)]
     in_use = c.profile_for(cluster)
     if active is not None and c.profile_key(in_use) == c.profile_key(active):
@@ -192,10 +201,15 @@ def body() -> None:
         c.profile_key(uploaded) != c.profile_key(p) for _, p in profiles
     ):
         profiles.append((f"uploaded: {uploaded.id}", uploaded))
-    curves = _finite_curves(cluster, profiles)
-    if not curves:
-        return
+    return profiles
 
+
+def _draw_curves(
+    cluster: Cluster,
+    curves: list[tuple[str, list[float], tuple[int, list[float]]]],
+    profiles: list[tuple[str, CalibrationProfile]],
+) -> None:
+    """The GEMM-efficiency and all-reduce bus-bandwidth charts, and how they are computed."""
     left, right = st.columns(2)
     left.plotly_chart(
         charts.curves_figure(
@@ -223,6 +237,29 @@ def body() -> None:
         f"nccl-tests convention; NVLink {cluster.spec.scale_up_bandwidth_gb_per_s:g} GB/s per GPU "
         "each way. Profiles: " + "; ".join(c.profile_label(p) for _, p in profiles) + "."
     )
+
+
+def body() -> None:
+    """The Calibration page."""
+    st.title("Calibration")
+    st.caption(
+        "Efficiency curves of a calibration profile against the shipped one, on one cluster's "
+        "hardware; use an uploaded profile on every page."
+    )
+    cluster = _cluster_choice()
+    shipped = c.shipped_profile(cluster.id)
+    uploaded = _upload()
+    active = c.active_profile()
+    if uploaded is not None:
+        uploaded, active = _offer_upload(uploaded, cluster, active)
+    _active_status(active)
+    c.sidebar_status()
+
+    profiles = _profiles_to_draw(cluster, shipped, active, uploaded)
+    curves = _finite_curves(cluster, profiles)
+    if not curves:
+        return
+    _draw_curves(cluster, curves, profiles)
     st.subheader("Parameters")
     st.dataframe(parameters_table(profiles), hide_index=True)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -19,6 +20,7 @@ from app_pages import charts
 from app_pages import common as c
 from planner.cli.search import gpu_counts
 from planner.errors import PlannerError
+from planner.specs.hardware import Cluster
 
 GENERATIONS = ("dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8x")
 GPU_COUNT = "GPU count"
@@ -195,22 +197,31 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def body() -> None:
-    """The Compare hardware page."""
-    c.init_state(DEFAULTS)
-    st.title("Compare hardware")
-    st.caption(
-        "The same model, batch and sequence length on each accelerator generation: the searched "
-        "best layout, throughput, time to train, GPU-hours, cost and energy."
-    )
-    c.sidebar_status()
-    clusters = c.cluster_ids()
+@dataclass(frozen=True)
+class Job:
+    """The Compare form: one model and token budget, sized by a GPU count or a budget."""
+
+    model_id: str
+    tokens: float
+    seq_len: int
+    global_batch: int
+    mode: str
+    gpus: int
+    budget_usd: float
+    gpus_max: int
+    pue: float
+
+
+def _init_page_state(clusters: list[str], prices: dict[str, tuple[float, str]]) -> None:
+    """Default the chosen clusters (the shipped generations) and each cluster's price."""
     if "cmp_clusters" not in st.session_state:
         st.session_state["cmp_clusters"] = [g for g in GENERATIONS if g in clusters]
-    prices = default_prices()
     for cid in clusters:
         st.session_state.setdefault(f"cmp_price_{cid}", float(prices[cid][0]))
 
+
+def _workload_inputs() -> tuple[str, float, int, int]:
+    """The first input row: (model id, tokens, seq len, global batch)."""
     cols = st.columns(4)
     model_id = cols[0].selectbox("Model", c.model_ids(), key="cmp_model")
     tokens_t = cols[1].number_input(
@@ -224,6 +235,12 @@ def body() -> None:
             "global batch (sequences)", min_value=1, max_value=10_000_000, key="cmp_global_batch"
         )
     )
+    return model_id, float(tokens_t) * 1e12, seq_len, global_batch
+
+
+def _sizing_inputs() -> tuple[str, int, float, int, float]:
+    """The second input row: (mode, GPUs, budget in $, at most GPUs, PUE); GPUs is 0 in
+    budget mode, the budget 0 and at most GPUs the GPU count in GPU-count mode."""
     cols = st.columns(4)
     mode = cols[0].radio("Size the job by", (GPU_COUNT, BUDGET), key="cmp_mode", horizontal=True)
     if mode == GPU_COUNT:
@@ -251,7 +268,11 @@ def body() -> None:
             key="cmp_pue",
         )
     )
-    chosen = st.multiselect("Clusters", clusters, key="cmp_clusters")
+    return mode, gpus, budget_usd, gpus_max, pue
+
+
+def _price_inputs(chosen: list[str], prices: dict[str, tuple[float, str]]) -> None:
+    """The expander of editable prices per GPU-hour, one per chosen cluster."""
     with st.expander("Price per GPU-hour (editable)"):
         pcols = st.columns(3)
         for i, cid in enumerate(chosen):
@@ -267,76 +288,128 @@ def body() -> None:
             "Defaults: each preset's indicative on-demand price (hardware_specs/clusters, "
             "volatile)." + (" " + "; ".join(fallback) + "." if fallback else "")
         )
+
+
+def _counts_for(cluster: Cluster, job: Job) -> tuple[int, ...]:
+    """The GPU counts to search on ``cluster``: the one count, or in budget mode the counts
+    from one node (at most ``job.gpus_max``) up to ``job.gpus_max``."""
+    if job.mode == GPU_COUNT:
+        return (job.gpus,)
+    first = min(cluster.spec.gpus_per_node, job.gpus_max)
+    return gpu_counts(first, job.gpus_max, cluster.spec.scale_up_domain_gpus)
+
+
+def _cluster_row(
+    cid: str, job: Job, model: planner.ModelSpec, prices: dict[str, tuple[float, str]]
+) -> dict[str, Any]:
+    """Search one cluster and return its table row (a failed search is said in its note)."""
+    cl = c.load_cluster(cid)
+    price = float(st.session_state.get(f"cmp_price_{cid}", prices[cid][0]))
+    profile = c.profile_for(cl)
+    counts = _counts_for(cl, job)
+    try:
+        options = best_per_count(
+            job.model_id,
+            cid,
+            counts,
+            job.global_batch,
+            job.seq_len,
+            c.profile_key(profile),
+            model,
+            profile,
+        )
+    except PlannerError as exc:  # this generation's search failed: say so in its row
+        options = {-1: {"error": c.one_line(exc)}}
+    if job.mode == GPU_COUNT:
+        option, note = options.get(job.gpus, options.get(-1)), ""
+    else:
+        option, note = choose_in_budget(options, job.tokens, price, job.budget_usd)
+    return row_for(cid, option, job.tokens, price, job.pue, note, c.profile_label(profile))
+
+
+def _search_rows(
+    chosen: list[str], job: Job, model: planner.ModelSpec, prices: dict[str, tuple[float, str]]
+) -> list[dict[str, Any]]:
+    """One row per chosen cluster, searched in turn under a progress bar."""
+    rows: list[dict[str, Any]] = []
+    bar = st.progress(0.0, text="searching layouts")
+    for i, cid in enumerate(chosen):
+        rows.append(_cluster_row(cid, job, model, prices))
+        bar.progress((i + 1) / len(chosen), text=f"searched {cid}")
+    bar.empty()
+    return rows
+
+
+def _table_caption(job: Job, model: planner.ModelSpec) -> str:
+    """How the table's figures are found and computed."""
+    return (
+        f"{model.name}, {c.fmt_count(job.tokens, 'tokens')}, global batch {job.global_batch:,} x "
+        f"{job.seq_len:,} tokens; layouts from an exhaustive search over a coarse space (micro-batch "
+        "1/2, recompute none/selective/full, ZeRO 1, SP and TP overlap on, vpp 1/2/4) keeping "
+        f"{HEADROOM:.0%} of usable HBM free. Time to train = tokens / tokens/s; GPU-hours = "
+        "GPUs x time; cost = GPU-hours x price; energy = TDP x GPUs x time x PUE "
+        f"(PUE {job.pue:.2f}; board power only, hosts and network inside the PUE)."
+        + (
+            f" Budget mode: per cluster, the fastest GPU count (up to {job.gpus_max:,}) whose run "
+            f"costs at most {c.fmt_usd(job.budget_usd)}."
+            if job.mode == BUDGET
+            else ""
+        )
+    )
+
+
+def _charts(ok: list[dict[str, Any]], pue: float) -> None:
+    """Throughput, time to train, cost and energy bars of the rows with a feasible layout."""
+    names = [r["cluster"] for r in ok]
+    left, right = st.columns(2)
+    left.plotly_chart(
+        charts.compare_bars(names, [r["tokens/s"] for r in ok], "Throughput", "tokens/s"),
+        key="cmp_chart_tps",
+    )
+    right.plotly_chart(
+        charts.compare_bars(
+            names, [r["time to train (days)"] for r in ok], "Time to train", "days"
+        ),
+        key="cmp_chart_time",
+    )
+    left.plotly_chart(
+        charts.compare_bars(names, [r["cost ($M)"] for r in ok], "Cost", "$ millions"),
+        key="cmp_chart_cost",
+    )
+    right.plotly_chart(
+        charts.compare_bars(
+            names, [r["energy (MWh)"] for r in ok], f"Energy (PUE {pue:.2f})", "MWh"
+        ),
+        key="cmp_chart_energy",
+    )
+
+
+def body() -> None:
+    """The Compare hardware page."""
+    c.init_state(DEFAULTS)
+    st.title("Compare hardware")
+    st.caption(
+        "The same model, batch and sequence length on each accelerator generation: the searched "
+        "best layout, throughput, time to train, GPU-hours, cost and energy."
+    )
+    c.sidebar_status()
+    clusters = c.cluster_ids()
+    prices = default_prices()
+    _init_page_state(clusters, prices)
+    job = Job(*_workload_inputs(), *_sizing_inputs())
+    chosen = st.multiselect("Clusters", clusters, key="cmp_clusters")
+    _price_inputs(chosen, prices)
     if not chosen:
         st.info("Choose at least one cluster.")
         return
 
-    model = c.load_model(model_id)
-    tokens = float(tokens_t) * 1e12
-    rows: list[dict[str, Any]] = []
-    bar = st.progress(0.0, text="searching layouts")
-    for i, cid in enumerate(chosen):
-        cl = c.load_cluster(cid)
-        price = float(st.session_state.get(f"cmp_price_{cid}", prices[cid][0]))
-        profile = c.profile_for(cl)
-        if mode == GPU_COUNT:
-            counts: tuple[int, ...] = (gpus,)
-        else:
-            first = min(cl.spec.gpus_per_node, gpus_max)
-            counts = gpu_counts(first, gpus_max, cl.spec.scale_up_domain_gpus)
-        try:
-            options = best_per_count(
-                model_id, cid, counts, global_batch, seq_len, c.profile_key(profile), model, profile
-            )
-        except PlannerError as exc:  # this generation's search failed: say so in its row
-            options = {-1: {"error": c.one_line(exc)}}
-        if mode == GPU_COUNT:
-            option, note = options.get(gpus, options.get(-1)), ""
-        else:
-            option, note = choose_in_budget(options, tokens, price, budget_usd)
-        rows.append(row_for(cid, option, tokens, price, pue, note, c.profile_label(profile)))
-        bar.progress((i + 1) / len(chosen), text=f"searched {cid}")
-    bar.empty()
-
+    model = c.load_model(job.model_id)
+    rows = _search_rows(chosen, job, model, prices)
     ok = [r for r in rows if r["tokens/s"] is not None]
     st.dataframe(rows, hide_index=True)
-    st.caption(
-        f"{model.name}, {c.fmt_count(tokens, 'tokens')}, global batch {global_batch:,} x "
-        f"{seq_len:,} tokens; layouts from an exhaustive search over a coarse space (micro-batch "
-        "1/2, recompute none/selective/full, ZeRO 1, SP and TP overlap on, vpp 1/2/4) keeping "
-        f"{HEADROOM:.0%} of usable HBM free. Time to train = tokens / tokens/s; GPU-hours = "
-        "GPUs x time; cost = GPU-hours x price; energy = TDP x GPUs x time x PUE "
-        f"(PUE {pue:.2f}; board power only, hosts and network inside the PUE)."
-        + (
-            f" Budget mode: per cluster, the fastest GPU count (up to {gpus_max:,}) whose run "
-            f"costs at most {c.fmt_usd(budget_usd)}."
-            if mode == BUDGET
-            else ""
-        )
-    )
+    st.caption(_table_caption(job, model))
     if ok:
-        names = [r["cluster"] for r in ok]
-        left, right = st.columns(2)
-        left.plotly_chart(
-            charts.compare_bars(names, [r["tokens/s"] for r in ok], "Throughput", "tokens/s"),
-            key="cmp_chart_tps",
-        )
-        right.plotly_chart(
-            charts.compare_bars(
-                names, [r["time to train (days)"] for r in ok], "Time to train", "days"
-            ),
-            key="cmp_chart_time",
-        )
-        left.plotly_chart(
-            charts.compare_bars(names, [r["cost ($M)"] for r in ok], "Cost", "$ millions"),
-            key="cmp_chart_cost",
-        )
-        right.plotly_chart(
-            charts.compare_bars(
-                names, [r["energy (MWh)"] for r in ok], f"Energy (PUE {pue:.2f})", "MWh"
-            ),
-            key="cmp_chart_energy",
-        )
+        _charts(ok, job.pue)
     st.download_button(
         "Download the table (CSV)",
         data=to_csv(rows),

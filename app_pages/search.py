@@ -18,6 +18,7 @@ from app_pages import common as c
 from planner.cli.search import breakdown_differences, entry, gpu_counts, setting_differences
 from planner.errors import PlannerError
 from planner.render import objective_text
+from planner.search import SearchResult
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports
 
@@ -227,23 +228,16 @@ def report_json(run_: c.SearchRun, top: list[Evaluated]) -> str:
     return json.dumps(out, indent=2)
 
 
-def show(run_: c.SearchRun) -> None:
-    """Summary, top table, why the winner wins, Pareto charts and downloads."""
-    result = run_.result
-    top = result.top(int(st.session_state.get("srch_top", 10)))
-    reasons = ", ".join(
+def _infeasible_reasons(result: SearchResult) -> str:
+    """Why layouts were rejected, most frequent first: "reason (count), ..."."""
+    return ", ".join(
         f"{k} ({v:,})" for k, v in sorted(result.infeasible.items(), key=lambda kv: -kv[1])
     )
-    if not top:
-        st.error(
-            f"search: no feasible layout of {run_.model.name} on {run_.cluster.id}: "
-            f"{reasons or 'no candidates'} (valid: more GPUs, a smaller global batch, a "
-            "global batch divisible by micro_batch*dp, or memory headroom 0)"
-        )
-        return
-    for e in top:  # an error line, never a NaN or an MFU above 100 % in the table
-        c.check_report(e.report)
-    best = top[0]
+
+
+def _summary(run_: c.SearchRun, best: Evaluated, reasons: str) -> None:
+    """The best layout's headline metrics and a caption on how the search went."""
+    result = run_.result
     st.subheader(f"Best: {c.layout_text(best.layout, best.training)} on {best.gpus} GPUs")
     cols = st.columns(4)
     cols[0].metric("Tokens/s", c.fmt_tokens_per_s(best.report.tokens_per_s))
@@ -258,22 +252,27 @@ def show(run_: c.SearchRun) -> None:
         + f" in {result.seconds:.2f} s. Rejected or infeasible: {reasons or 'none'}."
         + ("".join(f" {n}." for n in result.notes))
     )
-    st.dataframe([_row(i + 1, e, run_.objective) for i, e in enumerate(top)], hide_index=True)
-    if len(top) > 1:
-        runner = top[1]
-        diffs = breakdown_differences(best, runner)
-        settings = setting_differences(best, runner)
-        lines = [
-            f"{charts.CATEGORY_LABELS.get(d['category'], d['category'])}: "
-            f"{d['best_s']:.3f} s vs {d['runner_up_s']:.3f} s ({d['difference_s']:+.3f} s per step)"
-            for d in diffs
-        ]
-        st.markdown(
-            "**Why the best beats the runner-up** ("
-            + ("; ".join(settings) or "same settings")
-            + "):\n"
-            + "\n".join(f"- {line}" for line in lines)
-        )
+
+
+def _why_best(best: Evaluated, runner: Evaluated) -> None:
+    """Where the best layout's step time beats the runner-up's, per category."""
+    diffs = breakdown_differences(best, runner)
+    settings = setting_differences(best, runner)
+    lines = [
+        f"{charts.CATEGORY_LABELS.get(d['category'], d['category'])}: "
+        f"{d['best_s']:.3f} s vs {d['runner_up_s']:.3f} s ({d['difference_s']:+.3f} s per step)"
+        for d in diffs
+    ]
+    st.markdown(
+        "**Why the best beats the runner-up** ("
+        + ("; ".join(settings) or "same settings")
+        + "):\n"
+        + "\n".join(f"- {line}" for line in lines)
+    )
+
+
+def _pareto_charts(result: SearchResult) -> None:
+    """Two tabs of Pareto charts (tokens/s vs memory headroom, vs GPUs) and their caption."""
     feasible = [e for e in result.ranked if e.feasible][:MAX_PLOTTED]
     points = [_point(e) for e in feasible]
     tabs = st.tabs(["tokens/s vs memory headroom", "tokens/s vs GPUs"])
@@ -301,6 +300,11 @@ def show(run_: c.SearchRun) -> None:
         f"{sum(e.feasible for e in result.ranked):,}); the front: no other layout is better on "
         "both axes."
     )
+
+
+def _export_downloads(run_: c.SearchRun, top: list[Evaluated]) -> None:
+    """Download buttons for the best layout's exports and the JSON report, and a preview."""
+    best = top[0]
     texts = exports(run_.model, best.gpus, best.layout, best.training)
     st.markdown("**Export the best layout**")
     cols = st.columns(4)
@@ -318,6 +322,29 @@ def show(run_: c.SearchRun) -> None:
         st.code(texts["megatron_args"], language="bash")
         st.code(texts["torchtitan_toml"], language="toml")
         st.code(texts["layout_yaml"], language="yaml")
+
+
+def show(run_: c.SearchRun) -> None:
+    """Summary, top table, why the winner wins, Pareto charts and downloads."""
+    result = run_.result
+    top = result.top(int(st.session_state.get("srch_top", 10)))
+    reasons = _infeasible_reasons(result)
+    if not top:
+        st.error(
+            f"search: no feasible layout of {run_.model.name} on {run_.cluster.id}: "
+            f"{reasons or 'no candidates'} (valid: more GPUs, a smaller global batch, a "
+            "global batch divisible by micro_batch*dp, or memory headroom 0)"
+        )
+        return
+    for e in top:  # an error line, never a NaN or an MFU above 100 % in the table
+        c.check_report(e.report)
+    best = top[0]
+    _summary(run_, best, reasons)
+    st.dataframe([_row(i + 1, e, run_.objective) for i, e in enumerate(top)], hide_index=True)
+    if len(top) > 1:
+        _why_best(best, top[1])
+    _pareto_charts(result)
+    _export_downloads(run_, top)
 
 
 def body() -> None:

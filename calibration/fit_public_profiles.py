@@ -40,6 +40,7 @@ from planner.profile import (
     HostOverhead,
     MemoryEfficiency,
 )
+from planner.specs.hardware import AcceleratorSpec
 from planner.specs.loading import ACCELERATORS_DIR, load_accelerator, shipped_ids
 
 DIM_HALF = 64.0  # GEMM dimension at half efficiency: half a 128-wide tile (assumption)
@@ -121,30 +122,50 @@ def fit_hierarchical_overlap() -> float:
     )
 
 
-def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: float) -> dict:
-    accel = load_accelerator(accel_id)
-    fam = FAMILY[accel_id]
-    glob = global_params()
-    eta = {}
-    raw = {"mamf": {}}
+# peak (dense bf16 TFLOP/s) that each measured family's MAMF figures are relative to
+FAMILY_PEAK = {
+    "a100": 312,
+    "h100": 989,
+    "h200": 989,
+    "b200": 2250,
+    "gb200": 2500,
+    "b300": 2250,
+    "mi300x": 1307.4,
+}
+SOURCES = (
+    "GEMM: stas00/ml-engineering compute/accelerator/README.md MAMF tables",
+    "attention: FlashAttention-2 (arXiv 2307.08691) Figs. 4-6; FlashAttention-3 "
+    "(arXiv 2407.08608); ml-engineering insights/when-to-upgrade-gpus",
+    "collectives: ml-engineering network/README.md; NVIDIA/nccl-tests #290; "
+    "NVIDIA/nccl src/graph/tuning.cc",
+    "memory: shared/reference/hardware.md B8 (85-92% streaming ceiling, weakly sourced)",
+)
+
+
+def _gemm_eta(accel: AcceleratorSpec, fam: str) -> tuple[dict[str, float], dict[str, dict]]:
+    """(GEMM eta_max per precision, the MAMF figures behind them) of ``accel`` from its
+    family's MAMF: eta_max = MAMF / family peak / shape factor, at most 0.99."""
+    eta: dict[str, float] = {}
+    mamf: dict[str, dict] = {}
     for prec, (tflops, dims) in MAMF[fam].items():
         peak = getattr(accel.peak_tflops, prec) or accel.peak_tflops.fp16
-        fam_peak = {
-            "a100": 312,
-            "h100": 989,
-            "h200": 989,
-            "b200": 2250,
-            "gb200": 2500,
-            "b300": 2250,
-            "mi300x": 1307.4,
-        }[fam] * (2 if prec == "fp8" else 1)
+        fam_peak = FAMILY_PEAK[fam] * (2 if prec == "fp8" else 1)
         eta[prec] = min(0.99, tflops / fam_peak / _shape(dims))
-        raw["mamf"][prec] = {
+        mamf[prec] = {
             "tflops": tflops,
             "shape": list(dims),
             "family_peak": fam_peak,
             "accelerator_peak": peak,
         }
+    return eta, mamf
+
+
+def _attention_eta(
+    accel: AcceleratorSpec, fam: str, attn: tuple[float, float, float], gemm_eta: dict[str, float]
+) -> tuple[float, float]:
+    """(eta_max fwd, eta_max bwd) of attention on ``accel``: the A100 FlashAttention-2 fit,
+    FlashAttention-3 on Hopper, Hopper scaled by the measured speed-up on Blackwell, and the
+    A100 fit scaled by the GEMM efficiency ratio on MI300X; not yet clipped to 1."""
     ef, eb, half = attn
     if fam in ("h100", "h200"):
         ef, eb = (
@@ -157,19 +178,35 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
         scale = BLACKWELL_ATTN_SPEEDUP * H100_PEAK / accel.peak_tflops.fp16
         ef, eb = h_ef * scale, h_eb * scale
     elif fam == "mi300x":
-        ratio = eta["bf16"] / (MAMF["a100"]["bf16"][0] / 312 / _shape(MAMF["a100"]["bf16"][1]))
+        ratio = gemm_eta["bf16"] / (MAMF["a100"]["bf16"][0] / 312 / _shape(MAMF["a100"]["bf16"][1]))
         ef, eb = ef * ratio, eb * ratio
+    return ef, eb
+
+
+def _flash2_attention(accel: AcceleratorSpec, fam: str, half: float) -> AttentionEfficiency | None:
+    """FlashAttention-2 efficiency on Hopper and Blackwell (None elsewhere)."""
+    if fam not in ("h100", "h200", "b200", "gb200", "b300"):
+        return None
     sat16k = 16384 / (16384 + half)
-    flash2 = None
-    if fam in ("h100", "h200", "b200", "gb200", "b300"):
-        # FA2 uses no Hopper/Blackwell-specific features: same absolute TFLOP/s as on H100
-        # (assumption for Blackwell, where no FA2 figure is published)
-        scale = H100_PEAK / accel.peak_tflops.fp16
-        flash2 = AttentionEfficiency(
-            eta_max_fwd=round(FA2_H100_FWD_16K / H100_PEAK / sat16k * scale, 4),
-            eta_max_bwd=round(FA2_H100_BWD_16K / H100_PEAK / sat16k * scale, 4),
-            seq_half=round(half, 1),
-        )
+    # FA2 uses no Hopper/Blackwell-specific features: same absolute TFLOP/s as on H100
+    # (assumption for Blackwell, where no FA2 figure is published)
+    scale = H100_PEAK / accel.peak_tflops.fp16
+    return AttentionEfficiency(
+        eta_max_fwd=round(FA2_H100_FWD_16K / H100_PEAK / sat16k * scale, 4),
+        eta_max_bwd=round(FA2_H100_BWD_16K / H100_PEAK / sat16k * scale, 4),
+        seq_half=round(half, 1),
+    )
+
+
+def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: float) -> dict:
+    """The calibration profile of ``accel_id`` (as a dict) from the public figures, the
+    attention fit ``attn`` (eta_fwd, eta_bwd, seq_half) and the hierarchical overlap."""
+    accel = load_accelerator(accel_id)
+    fam = FAMILY[accel_id]
+    glob = global_params()
+    eta, mamf = _gemm_eta(accel, fam)
+    half = attn[2]
+    ef, eb = _attention_eta(accel, fam, attn, eta)
     profile = CalibrationProfile(
         id=accel_id,
         accelerator=accel_id,
@@ -185,7 +222,7 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
             eta_max_bwd=round(min(eb, 1.0), 4),
             seq_half=round(half, 1),
         ),
-        attention_flash2=flash2,
+        attention_flash2=_flash2_attention(accel, fam, half),
         memory=MemoryEfficiency(eta_hbm=ETA_HBM, fixed_us=MEM_FIXED_US),
         comm=CommEfficiency(
             scale_up_eta=round(SCALE_UP_ETA[fam], 4),
@@ -195,15 +232,8 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
             overlap_contention=glob["overlap_contention"],
         ),
         host=HostOverhead(op_us=glob["host_op_us"]),
-        sources=[
-            "GEMM: stas00/ml-engineering compute/accelerator/README.md MAMF tables",
-            "attention: FlashAttention-2 (arXiv 2307.08691) Figs. 4-6; FlashAttention-3 "
-            "(arXiv 2407.08608); ml-engineering insights/when-to-upgrade-gpus",
-            "collectives: ml-engineering network/README.md; NVIDIA/nccl-tests #290; "
-            "NVIDIA/nccl src/graph/tuning.cc",
-            "memory: shared/reference/hardware.md B8 (85-92% streaming ceiling, weakly sourced)",
-        ],
-        raw=raw | {"measured_family": fam},
+        sources=list(SOURCES),
+        raw={"mamf": mamf} | {"measured_family": fam},
     )
     return profile.model_dump()
 
