@@ -97,167 +97,239 @@ def _candidates(
     model: ModelSpec, cluster: Cluster, layout: Layout, training: Training
 ) -> list[_Candidate]:
     """Every lever that is not already in effect, illegal ones with their reason."""
-    out: list[_Candidate] = []
     L, T = layout, training
-
-    def add(name: str, description: str, lay: Layout = L, tr: Training = T) -> None:
-        out.append(_Candidate(name, description, lay, tr))
-
-    # interleaved pipeline schedule (the rules say which virtual-stage counts are legal)
+    out: list[_Candidate] = []
     if L.pp > 1:
-        for v in (2, 4):
-            if v <= L.virtual_stages:
-                continue
-            stages = L.pp * v
-            split = (
-                f"--num-layers-per-virtual-pipeline-stage {model.layers // stages}"
-                if model.layers % stages == 0
-                else f"--virtual-pipeline-model-parallel-size {v}, uneven stages"
-            )
-            add(
+        out += _interleave_levers(model, L, T)
+        out += _schedule_levers(L, T)
+    out += _tp_ep_levers(L, T)
+    out += _recompute_levers(L, T)
+    out += _dp_overlap_levers(L, T)
+    out += _training_levers(model, T, L)
+    out += _zero1_levers(L, T)
+    out += _tp_pp_split_levers(model, cluster, L, T)
+    return out
+
+
+def _interleave_levers(model: ModelSpec, L: Layout, T: Training) -> list[_Candidate]:
+    """Interleaved 1F1B with more virtual stages (the rules say which counts are legal)."""
+    out: list[_Candidate] = []
+    for v in (2, 4):
+        if v <= L.virtual_stages:
+            continue
+        stages = L.pp * v
+        split = (
+            f"--num-layers-per-virtual-pipeline-stage {model.layers // stages}"
+            if model.layers % stages == 0
+            else f"--virtual-pipeline-model-parallel-size {v}, uneven stages"
+        )
+        out.append(
+            _Candidate(
                 f"interleave vpp={v}",
                 f"interleaved 1F1B schedule, {v} virtual stages per pipeline rank "
                 f"(Megatron {split})",
                 _layout(L, vpp=v, schedule=None),
+                T,
             )
+        )
+    return out
 
-    # zero-bubble and V-shaped schedules (the schedule rule says where each can run)
-    if L.pp > 1:
-        out += _schedule_levers(L, T)
 
-    # sequence parallelism and TP communication overlap
+def _tp_ep_levers(L: Layout, T: Training) -> list[_Candidate]:
+    """Sequence parallelism and the TP and EP communication overlaps."""
+    out: list[_Candidate] = []
     if L.tp > 1 and not L.sequence_parallel:
-        add(
-            "sequence parallel",
-            "shard norms, dropout and the TP-replicated activations over TP "
-            "(Megatron --sequence-parallel)",
-            _layout(L, sequence_parallel=True),
+        out.append(
+            _Candidate(
+                "sequence parallel",
+                "shard norms, dropout and the TP-replicated activations over TP "
+                "(Megatron --sequence-parallel)",
+                _layout(L, sequence_parallel=True),
+                T,
+            )
         )
     if L.tp > 1 and not L.overlap_tp_comm:
         extra = "" if L.sequence_parallel else " with --sequence-parallel (which it requires)"
-        add(
-            "overlap TP comm",
-            f"overlap TP collectives with the GEMMs (Megatron --tp-comm-overlap{extra})",
-            _layout(L, overlap_tp_comm=True, sequence_parallel=True),
+        out.append(
+            _Candidate(
+                "overlap TP comm",
+                f"overlap TP collectives with the GEMMs (Megatron --tp-comm-overlap{extra})",
+                _layout(L, overlap_tp_comm=True, sequence_parallel=True),
+                T,
+            )
         )
-
     if L.ep > 1 and not L.overlap_ep_comm:
-        add(
-            "overlap EP comm",
-            "hide the MoE all-to-all behind another micro-batch's compute "
-            "(Megatron-Core --overlap-moe-expert-parallel-comm)",
-            _layout(L, overlap_ep_comm=True),
+        out.append(
+            _Candidate(
+                "overlap EP comm",
+                "hide the MoE all-to-all behind another micro-batch's compute "
+                "(Megatron-Core --overlap-moe-expert-parallel-comm)",
+                _layout(L, overlap_ep_comm=True),
+                T,
+            )
         )
+    return out
 
-    # activation recomputation
+
+def _recompute_levers(L: Layout, T: Training) -> list[_Candidate]:
+    """The other activation-recomputation modes, and selective + SP in place of full."""
+    out: list[_Candidate] = []
     for r in ("selective", "none", "full"):
         if r == T.recompute:
             continue
-        add(
-            f"recompute {r}",
-            f"{r} instead of {T.recompute} activation recomputation ({_RECOMPUTE_FLAGS[r]})",
-            tr=_training(T, recompute=r),
+        out.append(
+            _Candidate(
+                f"recompute {r}",
+                f"{r} instead of {T.recompute} activation recomputation ({_RECOMPUTE_FLAGS[r]})",
+                L,
+                _training(T, recompute=r),
+            )
         )
-
     if T.recompute == "full" and L.tp > 1 and not L.sequence_parallel:
-        add(
-            "selective recompute + SP",
-            "selective instead of full recomputation, with sequence parallelism to pay for its "
-            "memory (Korthikanti et al. 2022; Megatron --recompute-granularity selective "
-            "--sequence-parallel)",
-            _layout(L, sequence_parallel=True),
-            _training(T, recompute="selective"),
+        out.append(
+            _Candidate(
+                "selective recompute + SP",
+                "selective instead of full recomputation, with sequence parallelism to pay for "
+                "its memory (Korthikanti et al. 2022; Megatron --recompute-granularity selective "
+                "--sequence-parallel)",
+                _layout(L, sequence_parallel=True),
+                _training(T, recompute="selective"),
+            )
         )
+    return out
 
-    # data-parallel overlaps
+
+def _dp_overlap_levers(L: Layout, T: Training) -> list[_Candidate]:
+    """The data-parallel overlaps: gradient reduce and ZeRO-3 parameter gather."""
+    out: list[_Candidate] = []
     if L.dp * L.cp > 1 and not L.overlap_dp_grad_reduce:
-        add(
-            "overlap DP grad reduce",
-            "overlap the gradient reduce-scatter/all-reduce with backward "
-            "(Megatron --overlap-grad-reduce)",
-            _layout(L, overlap_dp_grad_reduce=True),
+        out.append(
+            _Candidate(
+                "overlap DP grad reduce",
+                "overlap the gradient reduce-scatter/all-reduce with backward "
+                "(Megatron --overlap-grad-reduce)",
+                _layout(L, overlap_dp_grad_reduce=True),
+                T,
+            )
         )
     if L.zero == 3 and not L.overlap_zero3_param_gather:
-        add(
-            "overlap ZeRO-3 param gather",
-            "prefetch the ZeRO-3 parameter all-gather behind compute "
-            "(Megatron --overlap-param-gather, FSDP forward/backward prefetch)",
-            _layout(L, overlap_zero3_param_gather=True),
+        out.append(
+            _Candidate(
+                "overlap ZeRO-3 param gather",
+                "prefetch the ZeRO-3 parameter all-gather behind compute "
+                "(Megatron --overlap-param-gather, FSDP forward/backward prefetch)",
+                _layout(L, overlap_zero3_param_gather=True),
+                T,
+            )
         )
+    return out
 
+
+def _training_levers(model: ModelSpec, T: Training, L: Layout) -> list[_Candidate]:
+    """Training-setting levers: offloading, the loss kernel, FP8 and a doubled micro-batch."""
+    out: list[_Candidate] = []
     # activation offloading (the rules: pp 1, no recompute, a host link)
     if T.offload_layers == 0 and T.recompute == "none":
         n = model.layers // 2
-        add(
-            f"offload {n} layers",
-            f"offload the activations of {n} layers to host memory "
-            f"(Megatron --cpu-offloading --cpu-offloading-num-layers {n})",
-            tr=_training(T, offload_layers=n),
+        out.append(
+            _Candidate(
+                f"offload {n} layers",
+                f"offload the activations of {n} layers to host memory "
+                f"(Megatron --cpu-offloading --cpu-offloading-num-layers {n})",
+                L,
+                _training(T, offload_layers=n),
+            )
         )
-
-    # loss kernel
     if T.cross_entropy == "fp32_copy":
-        add(
-            "in-place cross-entropy",
-            "online-softmax loss that keeps only the logits and writes their gradient into them "
-            "(Megatron --cross-entropy-loss-fusion --cross-entropy-fusion-impl te)",
-            tr=_training(T, cross_entropy="in_place"),
+        out.append(
+            _Candidate(
+                "in-place cross-entropy",
+                "online-softmax loss that keeps only the logits and writes their gradient into "
+                "them (Megatron --cross-entropy-loss-fusion --cross-entropy-fusion-impl te)",
+                L,
+                _training(T, cross_entropy="in_place"),
+            )
         )
-
-    # precision
     if T.precision in ("bf16", "fp16"):
-        add(
-            "fp8",
-            "FP8 GEMMs with Transformer Engine (Megatron --fp8-format hybrid)",
-            tr=_training(T, precision="fp8"),
+        out.append(
+            _Candidate(
+                "fp8",
+                "FP8 GEMMs with Transformer Engine (Megatron --fp8-format hybrid)",
+                L,
+                _training(T, precision="fp8"),
+            )
         )
-
-    # micro-batch
     mb = 2 * T.micro_batch
     if mb <= MAX_MICRO_BATCH:
-        add(
-            f"micro-batch {mb}",
-            f"micro-batch {mb} instead of {T.micro_batch} (Megatron --micro-batch-size {mb})",
-            tr=_training(T, micro_batch=mb),
+        out.append(
+            _Candidate(
+                f"micro-batch {mb}",
+                f"micro-batch {mb} instead of {T.micro_batch} (Megatron --micro-batch-size {mb})",
+                L,
+                _training(T, micro_batch=mb),
+            )
         )
+    return out
 
-    # ZeRO-1 (distributed optimizer)
-    if L.zero != 1 and L.dp * L.cp > 1:
-        add(
+
+def _zero1_levers(L: Layout, T: Training) -> list[_Candidate]:
+    """ZeRO-1 (the distributed optimizer) where data parallelism exists and it is not in use."""
+    if L.zero == 1 or L.dp * L.cp <= 1:
+        return []
+    return [
+        _Candidate(
             "ZeRO-1",
             f"ZeRO-1 instead of ZeRO-{L.zero}: shard the optimizer states over DP "
             "(Megatron --use-distributed-optimizer)",
             _layout(L, zero=1),
+            T,
         )
+    ]
 
-    # tensor / pipeline split at constant tp*pp
+
+def _split_layout(
+    model: ModelSpec, cluster: Cluster, L: Layout, T: Training, tp: int, pp: int
+) -> Layout:
+    """``L`` with tensor/pipeline sizes ``tp``, ``pp``; interleaving dropped if it breaks."""
+    lay = _layout(
+        L,
+        tp=tp,
+        pp=pp,
+        vpp=L.vpp,
+        schedule=L.schedule,
+        sequence_parallel=L.sequence_parallel and tp > 1,
+        overlap_tp_comm=L.overlap_tp_comm and tp > 1,
+    )
+    if L.vpp and _breaks_pipeline(model, cluster, lay, T):
+        lay = _layout(lay, vpp=None, schedule=None)  # keep the split, drop interleaving
+    return lay
+
+
+def _tp_pp_split_levers(
+    model: ModelSpec, cluster: Cluster, L: Layout, T: Training
+) -> list[_Candidate]:
+    """Tensor/pipeline splits at constant tp*pp: TP x2 with PP /2, and TP /2 with PP x2."""
+    out: list[_Candidate] = []
     for name, tp, pp in (
         (f"tp{2 * L.tp} pp{L.pp // 2}", 2 * L.tp, L.pp // 2),
         (f"tp{L.tp // 2} pp{2 * L.pp}", L.tp // 2, 2 * L.pp),
     ):
         if tp * pp != L.tp * L.pp or min(tp, pp) < 1:
             continue
-        lay = _layout(
-            L,
-            tp=tp,
-            pp=pp,
-            vpp=L.vpp,
-            schedule=L.schedule,
-            sequence_parallel=L.sequence_parallel and tp > 1,
-            overlap_tp_comm=L.overlap_tp_comm and tp > 1,
-        )
-        if L.vpp and _breaks_pipeline(model, cluster, lay, T):
-            lay = _layout(lay, vpp=None, schedule=None)  # keep the split, drop interleaving
+        lay = _split_layout(model, cluster, L, T, tp, pp)
         note = ""
         if tp > cluster.spec.scale_up_domain_gpus:
             note = f"; TP {tp} spans more than the {cluster.spec.scale_up_domain_gpus}-GPU NVLink domain"
         if L.vpp and not lay.vpp:
             note += "; interleaving dropped"
-        add(
-            name,
-            f"tp {tp}, pp {pp} instead of tp {L.tp}, pp {L.pp} (Megatron "
-            f"--tensor-model-parallel-size {tp} --pipeline-model-parallel-size {pp}){note}",
-            lay,
+        out.append(
+            _Candidate(
+                name,
+                f"tp {tp}, pp {pp} instead of tp {L.tp}, pp {L.pp} (Megatron "
+                f"--tensor-model-parallel-size {tp} --pipeline-model-parallel-size {pp}){note}",
+                lay,
+                T,
+            )
         )
     return out
 

@@ -299,6 +299,78 @@ class GoodputReport:
         return d
 
 
+def _blocking_s(shards: CheckpointShards, s: GoodputSettings, write_s: float) -> float:
+    """Seconds training is paused per checkpoint: the device-to-host snapshot of one GPU's
+    shard when asynchronous, else the whole write (``write_s``, seconds)."""
+    if s.async_checkpoint:
+        return shards.bytes_per_writer_gpu / (s.snapshot_gb_per_s * GB)
+    return write_s
+
+
+def _checkpoint_interval(
+    s: GoodputSettings, daly_s: float, write_s: float, step_s: float
+) -> tuple[float, int, str]:
+    """Compute time between checkpoints in whole steps: (interval seconds, steps, source).
+
+    The user's interval, else the Daly optimum ``daly_s``; asynchronous checkpoints keep at
+    least the write time ``write_s`` between them (one in flight). ``step_s``: seconds per step.
+    """
+    if s.checkpoint_interval_minutes is not None:
+        wanted, source = s.checkpoint_interval_minutes * 60.0, "user"
+    else:
+        wanted, source = daly_s, "daly"
+    if s.async_checkpoint and wanted < write_s:
+        wanted, source = write_s, "write-bound"
+    steps = max(1, round(wanted / step_s))
+    if s.async_checkpoint and steps * step_s < write_s:
+        steps = math.ceil(write_s / step_s)
+    return steps * step_s, steps, source
+
+
+def _assumptions(
+    model: ModelSpec,
+    shards: CheckpointShards,
+    s: GoodputSettings,
+    gpus: int,
+    mtbf_s: float,
+    cycle_and_restart_s: float,
+    fits: bool,
+) -> list[str]:
+    """The labelled assumptions behind a goodput report, one sentence each.
+
+    ``mtbf_s``: the job MTBF, seconds; ``cycle_and_restart_s``: checkpoint interval + blocking
+    time + restart time, seconds (warned about past half the MTBF).
+    """
+    assumptions = [
+        f"failures: exponential, MTBF {s.mtbf_hours_per_gpu:,.0f} GPU-hours "
+        f"/ {gpus} GPUs = {mtbf_s / 3600:,.2f} h per job; any failure stops the whole job"
+        + (
+            " (default: Llama 3, 419 unexpected interruptions in 54 days on 16,384 H100s)"
+            if s.mtbf_hours_per_gpu == DEFAULT_MTBF_HOURS_PER_GPU
+            else ""
+        ),
+        f"checkpoint: {shards.total_bytes / checkpoint_params(model):g} B/param "
+        "(compute-dtype weights + fp32 master weights and Adam moments), written by "
+        f"{shards.writer_gpus} GPUs on {shards.writer_nodes} nodes at "
+        f"{s.checkpoint_write_gb_per_s:g} GB/s per node"
+        + (f", capped at {s.storage_gb_per_s:g} GB/s aggregate" if s.storage_gb_per_s else ""),
+        f"restart: {s.restart_minutes:g} min fixed + checkpoint load at the write bandwidth",
+    ]
+    if s.async_checkpoint:
+        assumptions.append(
+            f"asynchronous checkpoint: training pauses for a {s.snapshot_gb_per_s:g} GB/s "
+            "device-to-host snapshot per GPU; the background write does not slow training"
+        )
+    if cycle_and_restart_s > 0.5 * mtbf_s:
+        assumptions.append(
+            "checkpoint cycle plus restart exceed half the job MTBF: the first-order model "
+            "is optimistic here (a failure during a restart is not counted)"
+        )
+    if not fits:
+        assumptions.append("the layout does not fit in memory (see planner simulate)")
+    return assumptions
+
+
 def goodput(
     model: ModelSpec,
     cluster: Cluster,
@@ -322,56 +394,19 @@ def goodput(
     shards = checkpoint_shards(model, layout, training, gpn)
     write_s = checkpoint_write_s(shards, s)
     load_s = write_s
-    if s.async_checkpoint:
-        blocking_s = shards.bytes_per_writer_gpu / (s.snapshot_gb_per_s * GB)
-    else:
-        blocking_s = write_s
+    blocking_s = _blocking_s(shards, s, write_s)
     mtbf = job_mtbf_s(s.mtbf_hours_per_gpu, gpus)
     young = young_interval_s(blocking_s, mtbf)
     daly = daly_interval_s(blocking_s, mtbf)
-    if s.checkpoint_interval_minutes is not None:
-        wanted, source = s.checkpoint_interval_minutes * 60.0, "user"
-    else:
-        wanted, source = daly, "daly"
-    if s.async_checkpoint and wanted < write_s:
-        wanted, source = write_s, "write-bound"
     step = report.step_time_s
-    steps = max(1, round(wanted / step))
-    if s.async_checkpoint and steps * step < write_s:
-        steps = math.ceil(write_s / step)
-    interval = steps * step
+    interval, steps, source = _checkpoint_interval(s, daly, write_s, step)
     rework = (interval + blocking_s) / 2.0 + (write_s if s.async_checkpoint else 0.0)
     restart = s.restart_minutes * 60.0 + load_s
     shares = time_shares(interval, blocking_s, rework, restart, mtbf)
     ratio = shares.useful
-
-    assumptions = [
-        f"failures: exponential, MTBF {s.mtbf_hours_per_gpu:,.0f} GPU-hours "
-        f"/ {gpus} GPUs = {mtbf / 3600:,.2f} h per job; any failure stops the whole job"
-        + (
-            " (default: Llama 3, 419 unexpected interruptions in 54 days on 16,384 H100s)"
-            if s.mtbf_hours_per_gpu == DEFAULT_MTBF_HOURS_PER_GPU
-            else ""
-        ),
-        f"checkpoint: {shards.total_bytes / checkpoint_params(model):g} B/param "
-        "(compute-dtype weights + fp32 master weights and Adam moments), written by "
-        f"{shards.writer_gpus} GPUs on {shards.writer_nodes} nodes at "
-        f"{s.checkpoint_write_gb_per_s:g} GB/s per node"
-        + (f", capped at {s.storage_gb_per_s:g} GB/s aggregate" if s.storage_gb_per_s else ""),
-        f"restart: {s.restart_minutes:g} min fixed + checkpoint load at the write bandwidth",
-    ]
-    if s.async_checkpoint:
-        assumptions.append(
-            f"asynchronous checkpoint: training pauses for a {s.snapshot_gb_per_s:g} GB/s "
-            "device-to-host snapshot per GPU; the background write does not slow training"
-        )
-    if interval + blocking_s + restart > 0.5 * mtbf:
-        assumptions.append(
-            "checkpoint cycle plus restart exceed half the job MTBF: the first-order model "
-            "is optimistic here (a failure during a restart is not counted)"
-        )
-    if not report.fits:
-        assumptions.append("the layout does not fit in memory (see planner simulate)")
+    assumptions = _assumptions(
+        model, shards, s, gpus, mtbf, interval + blocking_s + restart, report.fits
+    )
 
     return GoodputReport(
         gpus=gpus,

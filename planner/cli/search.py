@@ -47,6 +47,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Enumerate or sample legal parallel layouts of a model on a cluster, rank "
         "them by an objective, explain the winner and export it for Megatron-LM or torchtitan.",
     )
+    _add_problem_args(p)
+    _add_method_args(p)
+    _add_output_args(p)
+    return p
+
+
+def _add_problem_args(p: argparse.ArgumentParser) -> None:
+    """The problem: model, cluster, GPU counts, batch, sequence, precision, objective."""
     p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--cluster", required=True, help=CLUSTER_HELP)
     p.add_argument("--gpus", type=int, required=True, help="GPU count (smallest with --gpus-max)")
@@ -74,6 +82,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--tokens",
     )
     p.add_argument("--tokens", type=float, default=None, help="token budget for time_to_train")
+
+
+def _add_method_args(p: argparse.ArgumentParser) -> None:
+    """How to search: the method, the Optuna sampler, trials, storage, workers and seed, and
+    the pipeline schedules paired with each vpp."""
     p.add_argument(
         "--method",
         choices=METHODS,
@@ -106,6 +119,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "default: those Megatron-LM runs, 1f1b and interleaved), all (also zb-h1, zb-h2, "
         "interleaved-zb, zbv, dualpipev), or comma-separated names",
     )
+
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    """The ranking table, Pareto fronts, memory headroom, calibration profile and outputs."""
     p.add_argument("--top", type=int, default=10, help="rows in the ranking table")
     p.add_argument("--pareto", action="store_true", help="also print the Pareto fronts")
     p.add_argument(
@@ -122,7 +139,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="write layout.yaml, megatron_args.txt and torchtitan.toml of the winner here",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    return p
 
 
 def gpu_counts(first: int, last: int | None, domain: int) -> tuple[int, ...]:

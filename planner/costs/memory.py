@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from planner.costs import mixers
 from planner.costs.flops import as_layer
 from planner.schedules import SCHEDULES, Schedule, default_schedule_name
-from planner.specs.blocks import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
+from planner.specs.blocks import (
+    AttentionMixer,
+    ChannelMixer,
+    DenseMLP,
+    LayerSpec,
+    Mixer,
+    MoEMLP,
+)
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -96,49 +103,80 @@ def layer_activation_bytes(
     replicated = n_blocks * (2 * tok * h + block_in + (tok * h if dropout else 0))
     attention = isinstance(mixer, AttentionMixer)
     # inside the TP region
-    if not attention:
-        qkv = mixers.ssm_activation_bytes(model, mixer, 1, tok, 2.0)
-    elif model.mla:
+    qkv, mixer_replicated = _mixer_input_bytes(model, mixer, tok, modules)
+    replicated += mixer_replicated
+    attn_out = gin * tok * model.v_dim if attention else 0.0
+    mlp, router = _mlp_block_bytes(model, mlp_spec, tok, gin, modules)
+    replicated += router
+    core = _core_attention_bytes(model, mixer, s, b, dropout, flash_attention, modules)
+    sharded = qkv + attn_out + mlp + core
+    return (replicated / seq_split + sharded / t) * scale
+
+
+def _mixer_input_bytes(
+    model: ModelSpec, mixer: Mixer, tok: float, modules: set[str]
+) -> tuple[float, float]:
+    """Mixer activations of ``tok`` tokens, in 2-byte units: (inside the TP region: q, k, v or
+    the SSM's; replicated: MLA's latents, 0 otherwise)."""
+    if not isinstance(mixer, AttentionMixer):
+        return mixers.ssm_activation_bytes(model, mixer, 1, tok, 2.0), 0.0
+    if model.mla:
         m = model.mla
         qkv = 2 * tok * model.heads * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
         if "mla_up_proj" in modules:
             qkv = 0.0  # up-projected q, k, v discarded, re-run from the latents in backward
-        replicated += 2 * tok * (m.kv_lora_rank + (m.q_lora_rank or 0))
-    else:
-        qkv = 2 * tok * (model.q_dim + 2 * model.kv_dim)
-    attn_out = gin * tok * model.v_dim if attention else 0.0
+        return qkv, 2 * tok * (m.kv_lora_rank + (m.q_lora_rank or 0))
+    return 2 * tok * (model.q_dim + 2 * model.kv_dim), 0.0
+
+
+def _mlp_block_bytes(
+    model: ModelSpec, mlp_spec: ChannelMixer, tok: float, gin: float, modules: set[str]
+) -> tuple[float, float]:
+    """MLP (dense or MoE) activations of ``tok`` tokens, in 2-byte units: (inside the TP
+    region; replicated: the MoE router's fp32 logits/probabilities, 0 otherwise). ``gin``:
+    bytes of a saved GEMM input."""
     if isinstance(mlp_spec, MoEMLP) and model.moe is not None:
         routed = tok * model.moe.top_k
         act_out = "moe_act" not in modules  # moe_act: the activation output is re-run
         mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden, gin, act_out)
-        mlp += gin * routed * h
+        mlp += gin * routed * model.hidden
         if model.moe.shared_experts and "shared_experts" not in modules:
             width = model.moe.shared_experts * (
                 model.moe.shared_expert_ffn_hidden or model.moe.expert_ffn_hidden
             )
             mlp += _mlp_bytes(model, tok, width, gin)
         if "moe" in modules:
-            mlp = 0.0  # the whole MoE block is checkpointed: only its input is kept
-        else:
-            replicated += tok * model.moe.experts * 4  # router logits/probabilities (fp32)
-    elif isinstance(mlp_spec, DenseMLP):
-        mlp = _mlp_bytes(model, tok, mlp_spec.ffn_hidden or model.ffn_hidden, gin)
+            return 0.0, 0.0  # the whole MoE block is checkpointed: only its input is kept
+        return mlp, tok * model.moe.experts * 4  # router logits/probabilities (fp32)
+    if isinstance(mlp_spec, DenseMLP):
         if "mlp" in modules:
-            mlp = 0.0  # the dense MLP is checkpointed: only its input is kept
-    else:
-        mlp = 0.0
-    core = 0.0
-    if not attention:
-        pass
-    elif "core_attn" not in modules and not flash_attention:
+            return 0.0, 0.0  # the dense MLP is checkpointed: only its input is kept
+        return _mlp_bytes(model, tok, mlp_spec.ffn_hidden or model.ffn_hidden, gin), 0.0
+    return 0.0, 0.0
+
+
+def _core_attention_bytes(
+    model: ModelSpec,
+    mixer: Mixer,
+    s: float,
+    b: int,
+    dropout: bool,
+    flash_attention: bool,
+    modules: set[str],
+) -> float:
+    """Core-attention activations, in 2-byte units, of ``b`` sequences of ``s`` tokens:
+    unfused: the softmax output (+ mask and dropout output) per score; flash: the fp32
+    log-sum-exp per row; 0 for a non-attention mixer or a recomputed core."""
+    if not isinstance(mixer, AttentionMixer):
+        return 0.0
+    if "core_attn" not in modules and not flash_attention:
         ctx = min(s, mixer.window or s)
-        core = (
-            (5.0 if dropout else 2.0) * model.heads * s * ctx * b
-        )  # softmax out (+mask, dropout out)
-    elif flash_attention:
-        core = 4.0 * tok * model.heads  # fp32 log-sum-exp per row
-    sharded = qkv + attn_out + mlp + core
-    return (replicated / seq_split + sharded / t) * scale
+        # softmax out (+mask, dropout out)
+        return (5.0 if dropout else 2.0) * model.heads * s * ctx * b
+    if flash_attention:
+        tok = s * b
+        return 4.0 * tok * model.heads  # fp32 log-sum-exp per row
+    return 0.0
 
 
 def _mlp_bytes(

@@ -116,55 +116,18 @@ def search(
     Megatron-LM runs, 1f1b and interleaved; ``tuple(planner.schedules.SCHEDULES)``: all).
     """
     deadline = Deadline(time_budget_s)
-    if method not in METHODS:
-        raise PlannerError("method", f"unknown method {method!r}", ", ".join(METHODS))
-    counts = (gpus,) if isinstance(gpus, int) else tuple(gpus)
-    if not counts or min(counts) < 1:
-        raise PlannerError("gpus", f"{gpus}", "one or more positive GPU counts")
-    if global_batch < 1 or seq_len < 1:
-        raise PlannerError(
-            "global_batch" if global_batch < 1 else "seq_len", "must be positive", "an integer >= 1"
-        )
+    counts = _check_arguments(method, gpus, global_batch, seq_len)
     from planner import default_profile
 
     prof = profile or default_profile(cluster)
-    try:
-        training = Training(
-            seq_len=seq_len,
-            global_batch=global_batch,
-            precision=precision,
-            cross_entropy=cross_entropy,
-        )
-    except ValidationError as exc:
-        raise pydantic_error_to_planner(exc, "training") from None
+    training = _search_training(seq_len, global_batch, precision, cross_entropy)
     space = space or default_space(model, cluster, counts, seq_len)
     if schedules is not None:
         space = replace(space, schedules=check_schedules(schedules))
     evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens)
     start = time.perf_counter()
-    size = None
-    notes = []
-    if method in ("auto", "exhaustive"):
-        # counting stops past the limit: a huge space is never walked (nor held) in full
-        limit = AUTO_EXHAUSTIVE_LIMIT if method == "auto" else EXHAUSTIVE_MAX_CANDIDATES
-        size = count_candidates(evaluator, training, space, limit, deadline)
-        over = size > limit
-        if method == "auto":
-            method = "optuna" if over else "exhaustive"
-            how_many = f"more than {limit:,}" if over else f"{size:,}"
-            notes.append(
-                f"auto chose {method}: {how_many} legal candidates "
-                f"(exhaustive up to {AUTO_EXHAUSTIVE_LIMIT:,})"
-            )
-        elif over:
-            raise PlannerError(
-                "method",
-                f"exhaustive search of more than {limit:,} legal candidates would hold them "
-                "all in memory",
-                "auto or optuna, or a smaller space: fewer GPU counts, a fixed tp/pp",
-            )
-        if over:
-            size = None
+    notes: list[str] = []
+    method, size = _choose_method(method, evaluator, training, space, deadline, notes)
     space.rejected.clear()
     if method == "exhaustive":
         ranked = exhaustive(
@@ -175,27 +138,143 @@ def search(
             deadline,
         )
     else:
-        from planner.search.optuna_search import optuna_search
-
-        ranked = optuna_search(
+        ranked = _run_optuna(
             evaluator,
             training,
             space,
+            notes,
+            deadline,
+            progress,
             sampler=sampler,
             trials=trials,
             storage=storage,
-            study_name=study,
+            study=study,
             workers=workers,
             seed=seed,
-            progress=progress,
-            notes=notes,
-            deadline=deadline,
         )
-        if workers > 1:
-            notes.append(
-                f"{workers} workers: their trials interleave as the processes are scheduled, so "
-                "the seed reproduces single-worker searches only"
-            )
+    return _result(method, ranked, evaluator, space, start, size, notes, pareto)
+
+
+def _check_arguments(
+    method: str, gpus: int | Sequence[int], global_batch: int, seq_len: int
+) -> tuple[int, ...]:
+    """Refuse an unknown method, no or non-positive GPU counts, or a non-positive batch or
+    sequence length (tokens); return the GPU counts as a tuple."""
+    if method not in METHODS:
+        raise PlannerError("method", f"unknown method {method!r}", ", ".join(METHODS))
+    counts = (gpus,) if isinstance(gpus, int) else tuple(gpus)
+    if not counts or min(counts) < 1:
+        raise PlannerError("gpus", f"{gpus}", "one or more positive GPU counts")
+    if global_batch < 1 or seq_len < 1:
+        raise PlannerError(
+            "global_batch" if global_batch < 1 else "seq_len", "must be positive", "an integer >= 1"
+        )
+    return counts
+
+
+def _search_training(
+    seq_len: int, global_batch: int, precision: str, cross_entropy: str
+) -> Training:
+    """The searched Training settings; pydantic's rejection as a PlannerError on ``training``."""
+    try:
+        return Training(
+            seq_len=seq_len,
+            global_batch=global_batch,
+            precision=precision,
+            cross_entropy=cross_entropy,
+        )
+    except ValidationError as exc:
+        raise pydantic_error_to_planner(exc, "training") from None
+
+
+def _choose_method(
+    method: str,
+    evaluator: Evaluator,
+    training: Training,
+    space: SearchSpace,
+    deadline: Deadline,
+    notes: list[str],
+) -> tuple[str, int | None]:
+    """The method to run and the space size (None: not counted, or past the limit).
+
+    auto: exhaustive up to AUTO_EXHAUSTIVE_LIMIT legal candidates, else optuna (noted in
+    ``notes``); exhaustive: refused above EXHAUSTIVE_MAX_CANDIDATES; optuna: not counted.
+    """
+    if method not in ("auto", "exhaustive"):
+        return method, None
+    # counting stops past the limit: a huge space is never walked (nor held) in full
+    limit = AUTO_EXHAUSTIVE_LIMIT if method == "auto" else EXHAUSTIVE_MAX_CANDIDATES
+    size = count_candidates(evaluator, training, space, limit, deadline)
+    over = size > limit
+    if method == "auto":
+        method = "optuna" if over else "exhaustive"
+        how_many = f"more than {limit:,}" if over else f"{size:,}"
+        notes.append(
+            f"auto chose {method}: {how_many} legal candidates "
+            f"(exhaustive up to {AUTO_EXHAUSTIVE_LIMIT:,})"
+        )
+    elif over:
+        raise PlannerError(
+            "method",
+            f"exhaustive search of more than {limit:,} legal candidates would hold them "
+            "all in memory",
+            "auto or optuna, or a smaller space: fewer GPU counts, a fixed tp/pp",
+        )
+    return method, (None if over else size)
+
+
+def _run_optuna(
+    evaluator: Evaluator,
+    training: Training,
+    space: SearchSpace,
+    notes: list[str],
+    deadline: Deadline,
+    progress: Callable[[int, int], None] | None,
+    *,
+    sampler: str,
+    trials: int,
+    storage: str | None,
+    study: str | None,
+    workers: int,
+    seed: int,
+) -> list[Evaluated]:
+    """Run the Optuna search (imported only when used); note that several workers interleave."""
+    from planner.search.optuna_search import optuna_search
+
+    ranked = optuna_search(
+        evaluator,
+        training,
+        space,
+        sampler=sampler,
+        trials=trials,
+        storage=storage,
+        study_name=study,
+        workers=workers,
+        seed=seed,
+        progress=progress,
+        notes=notes,
+        deadline=deadline,
+    )
+    if workers > 1:
+        notes.append(
+            f"{workers} workers: their trials interleave as the processes are scheduled, so "
+            "the seed reproduces single-worker searches only"
+        )
+    return ranked
+
+
+def _result(
+    method: str,
+    ranked: list[Evaluated],
+    evaluator: Evaluator,
+    space: SearchSpace,
+    start: float,
+    size: int | None,
+    notes: list[str],
+    pareto: bool,
+) -> SearchResult:
+    """Assemble the SearchResult: infeasible counts are the rules' rejections plus the
+    evaluator's; ``start``: time.perf_counter() at the search's start, seconds."""
     infeasible = Counter(space.rejected) + evaluator.infeasible
     result = SearchResult(
         method,
@@ -208,13 +287,18 @@ def search(
         rejected_by_rule=dict(space.rejected),
     )
     if pareto:
-        result.pareto = {
-            "tokens_per_s_vs_memory_headroom": pareto_front(
-                ranked, ("tokens_per_s", "memory_headroom_gib")
-            ),
-            "tokens_per_s_vs_gpus": pareto_front(ranked, ("tokens_per_s", "fewer_gpus")),
-        }
+        result.pareto = _pareto_fronts(ranked)
     return result
+
+
+def _pareto_fronts(ranked: list[Evaluated]) -> dict[str, list[Evaluated]]:
+    """The Pareto fronts a search reports: tokens/s against memory headroom (GiB) and GPUs."""
+    return {
+        "tokens_per_s_vs_memory_headroom": pareto_front(
+            ranked, ("tokens_per_s", "memory_headroom_gib")
+        ),
+        "tokens_per_s_vs_gpus": pareto_front(ranked, ("tokens_per_s", "fewer_gpus")),
+    }
 
 
 class _CallableModule(types.ModuleType):

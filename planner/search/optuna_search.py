@@ -17,18 +17,14 @@ is reported; the others finish the study.
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 import shutil
 import socket
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
@@ -36,6 +32,13 @@ from planner.errors import PlannerError
 from planner.search.budget import NO_DEADLINE, Deadline
 from planner.search.evaluate import Evaluated, Evaluator
 from planner.search.heuristics import heuristic_candidates
+from planner.search.optuna_encoding import AXES as AXES
+from planner.search.optuna_encoding import AXIS_WEIGHTS as AXIS_WEIGHTS
+from planner.search.optuna_encoding import KNOB_AXES as KNOB_AXES
+from planner.search.optuna_encoding import MAX_STRUCTURES as MAX_STRUCTURES
+from planner.search.optuna_encoding import SCHEDULE_PARAM as SCHEDULE_PARAM
+from planner.search.optuna_encoding import SCHEDULE_WEIGHT as SCHEDULE_WEIGHT
+from planner.search.optuna_encoding import Encoding, legal_structures
 from planner.search.optuna_storage import (
     FINISHED,
     StorageSpec,
@@ -47,163 +50,14 @@ from planner.search.optuna_storage import (
     open_study,
     storage_spec,
 )
-from planner.search.space import (
-    Knobs,
-    SearchSpace,
-    Structure,
-    repaired_candidate,
-    structures,
-)
-from planner.specs.hardware import Cluster
+from planner.search.space import SearchSpace, Structure, repaired_candidate
 from planner.specs.layout import Layout, Training
-from planner.specs.model import ModelSpec
 
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
 DEFAULT_STUDY = "planner-search"
 MAX_SEED = 2**32 - 1  # numpy's RandomState, behind every Optuna sampler
-# the encoded matrix holds every legal structure (~200 bytes each with its row): a bound on memory
-MAX_STRUCTURES = 2_000_000
 CONSTRAINT = "memory_over_gib"
-# structural axes in the order of the encoded vector; weights of the repair distance (a change of
-# GPU count changes the problem most, a change of micro-batch or interleaving the least)
-AXES = ("tp", "cp", "pp", "vpp", "ep", "micro_batch", "gpus")
-AXIS_WEIGHTS = {
-    "tp": 2.0,
-    "cp": 2.0,
-    "pp": 2.0,
-    "vpp": 1.0,
-    "ep": 2.0,
-    "micro_batch": 1.0,
-    "gpus": 4.0,
-}
-SCHEDULE_WEIGHT = 1.0  # repair distance of another schedule: as one step of vpp or micro-batch
-SCHEDULE_PARAM = "schedule"
-KNOB_AXES = (
-    "recompute",
-    "zero",
-    "sequence_parallel",
-    "overlap_tp_comm",
-    "overlap_dp_grad_reduce",
-    "overlap_ep_comm",
-)
 WARM_START = 5  # heuristic layouts enqueued before the sampler takes over
-
-
-# ---- encoding and repair ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Dim:
-    """One suggested structural axis: param ``log2_<axis>`` in [low, high] (log2 units)."""
-
-    axis: str
-    low: float
-    high: float
-    integer: bool
-
-    @property
-    def param(self) -> str:
-        return f"log2_{self.axis}"
-
-
-class Encoding:
-    """The legal structures of one problem, their encoded matrix, and the trial parameters.
-
-    Row i of ``matrix`` is log2 of (tp, cp, pp, vpp, ep, micro_batch, gpus) of ``structs[i]``; a
-    point is such a row plus the index of its schedule in ``schedules``.
-    Axes with one legal value and knobs with one allowed value are not suggested at all; every
-    other domain depends only on the problem, so it is identical in every trial of a study.
-    """
-
-    def __init__(self, structs: Sequence[Structure], space: SearchSpace) -> None:
-        if not structs:
-            raise PlannerError(
-                "search",
-                "no legal layout in the search space",
-                "more GPUs, another global batch, or wider axes",
-            )
-        self.structs = list(structs)
-        self.matrix = np.log2(
-            np.array([[getattr(s, a) for a in AXES] for s in self.structs], dtype=float)
-        )
-        self.weights = np.array([AXIS_WEIGHTS[a] for a in AXES])
-        self.dims: list[tuple[int, _Dim]] = []
-        for j, axis in enumerate(AXES):
-            col = self.matrix[:, j]
-            lo, hi = float(col.min()), float(col.max())
-            if lo == hi:
-                continue
-            integer = bool(np.all(col == np.round(col)))
-            if integer:
-                lo, hi = float(round(lo)), float(round(hi))
-            self.dims.append((j, _Dim(axis, lo, hi, integer)))
-        # Structure.schedule values (None: the default for the vpp); suggested only when several
-        self.schedules = tuple(dict.fromkeys(s.schedule for s in self.structs))
-        self.schedule_col = np.array([self.schedules.index(s.schedule) for s in self.structs])
-        self.fixed = np.append(self.matrix[0], 0.0)  # the first structure, schedule index 0
-        self.knob_choices: dict[str, tuple[Any, ...]] = {
-            name: tuple(getattr(space, name)) for name in KNOB_AXES
-        }
-        for name, choices in self.knob_choices.items():
-            if not choices:
-                raise PlannerError(f"space.{name}", "empty domain", "at least one value")
-
-    def suggest(self, trial: Trial) -> tuple[np.ndarray, Knobs]:
-        """The trial's encoded structural point (not yet legal) and its knobs."""
-        x = self.fixed.copy()
-        for j, d in self.dims:
-            if d.integer:
-                x[j] = trial.suggest_int(d.param, int(d.low), int(d.high))
-            else:
-                x[j] = trial.suggest_float(d.param, d.low, d.high)
-        if len(self.schedules) > 1:
-            sched = trial.suggest_categorical(SCHEDULE_PARAM, self.schedules)
-            x[len(AXES)] = self.schedules.index(sched)
-        knobs = {
-            name: (choices[0] if len(choices) == 1 else trial.suggest_categorical(name, choices))
-            for name, choices in self.knob_choices.items()
-        }
-        return x, Knobs(**knobs)
-
-    def repair(self, x: np.ndarray) -> Structure:
-        """The legal structure nearest to ``x`` (weighted L1 in log2 units; ties: first in
-        generator order, i.e. the smaller values)."""
-        dist = np.abs(self.matrix - x[: len(AXES)]) @ self.weights
-        dist += SCHEDULE_WEIGHT * (self.schedule_col != x[len(AXES)])
-        return self.structs[int(np.argmin(dist))]
-
-    def params(self, s: Structure, k: Knobs) -> dict[str, Any]:
-        """Trial parameters that repair exactly to ``s`` with knobs ``k`` (for enqueue_trial)."""
-        out: dict[str, Any] = {}
-        for _, d in self.dims:
-            v = math.log2(getattr(s, d.axis))
-            out[d.param] = round(v) if d.integer else v
-        if len(self.schedules) > 1:
-            out[SCHEDULE_PARAM] = s.schedule
-        for name, choices in self.knob_choices.items():
-            if len(choices) > 1:
-                out[name] = getattr(k, name)
-        return out
-
-
-def legal_structures(
-    model: ModelSpec,
-    cluster: Cluster,
-    training: Training,
-    space: SearchSpace,
-    deadline: Deadline = NO_DEADLINE,
-) -> list[Structure]:
-    """Every legal structure, refusing more than MAX_STRUCTURES (the encoding holds them all)."""
-    structs = list(
-        itertools.islice(structures(model, cluster, training, space, deadline), MAX_STRUCTURES + 1)
-    )
-    if len(structs) > MAX_STRUCTURES:
-        raise PlannerError(
-            "search",
-            f"more than {MAX_STRUCTURES:,} legal structures to encode",
-            "a smaller space: fewer GPU counts, a fixed tp/pp",
-        )
-    return structs
 
 
 # ---- candidates stored in trials --------------------------------------------------------------
@@ -368,19 +222,9 @@ def optuna_search(
     and how to resume.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if sampler not in SAMPLERS:
-        raise PlannerError("sampler", f"unknown sampler {sampler!r}", ", ".join(SAMPLERS))
-    if trials < 1:
-        raise PlannerError("trials", f"{trials}", "an integer >= 1")
-    if workers < 1:
-        raise PlannerError("workers", f"{workers}", "an integer >= 1")
-    check_seed(seed, workers)
+    _check_arguments(sampler, trials, workers, seed)
     model, cluster = evaluator.model, evaluator.cluster
-    spec = storage_spec(storage)
-    tmpdir = None
-    if workers > 1 and spec[0] == "memory":
-        tmpdir = tempfile.mkdtemp(prefix="planner-optuna-")
-        spec = ("journal", os.path.join(tmpdir, "study.log"))
+    spec, tmpdir = _study_storage(storage, workers)
     name = study_name or DEFAULT_STUDY
     keep_tmpdir = False
     try:
@@ -392,33 +236,18 @@ def optuna_search(
         orphans = fail_orphans(study, store)
         resumed = finished_trials(study)
         if resumed < trials:
-            warm = heuristic_candidates(
-                model, cluster, training, space, k=min(WARM_START, trials - resumed), legal=structs
-            )
-            for s, k in warm:
-                study.enqueue_trial(enc.params(s, k), skip_if_exists=True)
+            _warm_start(study, enc, evaluator, training, space, structs, trials - resumed)
         if workers == 1:
             if resumed < trials:
                 _optimize_here(study, enc, evaluator, training, trials, resumed, progress, deadline)
         elif resumed < trials:
-            from planner.search.optuna_workers import spawn_workers  # imports this module
-
-            dead = spawn_workers(
+            study, lost, said = _optimize_in_workers(
                 evaluator, training, space, spec, name, sampler, trials, workers, seed, deadline
             )
-            store = open_storage(spec)
-            study = open_study(store, name, make_sampler(sampler, seed, trials))
-            orphans += fail_orphans(study, store)
-            said = [d.describe(finished_trials(study, d.pid)) for d in dead]
+            orphans += lost
             done = finished_trials(study)
-            if done < trials:
-                keep_tmpdir = tmpdir is not None and done > 0
-                raise PlannerError(
-                    "workers",
-                    f"all {workers} workers stopped with the study at {done} of {trials} "
-                    f"trials: {'; '.join(said)}",
-                    _resume_hint(spec, name, storage is None, done),
-                )
+            keep_tmpdir = tmpdir is not None and 0 < done < trials
+            _check_workers_finished(done, trials, workers, said, spec, name, storage is None)
             if notes is not None:
                 notes += [f"{line}; the others finished the study" for line in said]
         ranked, n_complete = _collect(study, evaluator, training)
@@ -427,15 +256,121 @@ def optuna_search(
         if tmpdir is not None and not keep_tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
     if stats is not None:
-        stats.update(
-            trials=n_finished,
-            resumed=resumed,
-            rejected=n_finished - n_complete,
-            distinct=len(ranked),
-            duplicates=n_complete - len(ranked),
-            orphans=orphans,
-        )
+        _record_stats(stats, n_finished, resumed, n_complete, len(ranked), orphans)
     return ranked
+
+
+def _check_arguments(sampler: str, trials: int, workers: int, seed: int | None) -> None:
+    """Refuse an unknown sampler, fewer than one trial or worker, or an out-of-range seed."""
+    if sampler not in SAMPLERS:
+        raise PlannerError("sampler", f"unknown sampler {sampler!r}", ", ".join(SAMPLERS))
+    if trials < 1:
+        raise PlannerError("trials", f"{trials}", "an integer >= 1")
+    if workers < 1:
+        raise PlannerError("workers", f"{workers}", "an integer >= 1")
+    check_seed(seed, workers)
+
+
+def _study_storage(
+    storage: str | os.PathLike[str] | None, workers: int
+) -> tuple[StorageSpec, str | None]:
+    """The study's storage spec, and the temporary directory made for it (else None): several
+    workers without a storage share a journal file in a new temporary directory."""
+    spec = storage_spec(storage)
+    tmpdir = None
+    if workers > 1 and spec[0] == "memory":
+        tmpdir = tempfile.mkdtemp(prefix="planner-optuna-")
+        spec = ("journal", os.path.join(tmpdir, "study.log"))
+    return spec, tmpdir
+
+
+def _warm_start(
+    study: optuna.Study,
+    enc: Encoding,
+    evaluator: Evaluator,
+    training: Training,
+    space: SearchSpace,
+    structs: list[Structure],
+    missing: int,
+) -> None:
+    """Enqueue up to WARM_START heuristic layouts (at most ``missing``, the trials still to run)
+    before the sampler takes over; trials already enqueued are skipped."""
+    warm = heuristic_candidates(
+        evaluator.model,
+        evaluator.cluster,
+        training,
+        space,
+        k=min(WARM_START, missing),
+        legal=structs,
+    )
+    for s, k in warm:
+        study.enqueue_trial(enc.params(s, k), skip_if_exists=True)
+
+
+def _optimize_in_workers(
+    evaluator: Evaluator,
+    training: Training,
+    space: SearchSpace,
+    spec: StorageSpec,
+    name: str,
+    sampler: str,
+    trials: int,
+    workers: int,
+    seed: int | None,
+    deadline: Deadline,
+) -> tuple[optuna.Study, int, list[str]]:
+    """Run the missing trials in ``workers`` local processes; then the study reopened, the
+    trials of dead workers marked FAIL (their count), and a line per worker that died."""
+    from planner.search.optuna_workers import spawn_workers  # imports this module
+
+    dead = spawn_workers(
+        evaluator, training, space, spec, name, sampler, trials, workers, seed, deadline
+    )
+    store = open_storage(spec)
+    study = open_study(store, name, make_sampler(sampler, seed, trials))
+    orphans = fail_orphans(study, store)
+    said = [d.describe(finished_trials(study, d.pid)) for d in dead]
+    return study, orphans, said
+
+
+def _check_workers_finished(
+    done: int,
+    trials: int,
+    workers: int,
+    said: list[str],
+    spec: StorageSpec,
+    name: str,
+    temporary: bool,
+) -> None:
+    """Raise when the workers all stopped before the study held ``trials`` finished trials
+    (``done`` of them), with what each dead worker said and how to resume."""
+    if done < trials:
+        raise PlannerError(
+            "workers",
+            f"all {workers} workers stopped with the study at {done} of {trials} "
+            f"trials: {'; '.join(said)}",
+            _resume_hint(spec, name, temporary, done),
+        )
+
+
+def _record_stats(
+    stats: dict[str, int],
+    n_finished: int,
+    resumed: int,
+    n_complete: int,
+    distinct: int,
+    orphans: int,
+) -> None:
+    """Fill ``stats`` (trial counts, see :func:`optuna_search`): PRUNED trials are the finished
+    ones not COMPLETE, duplicates the COMPLETE ones beyond the ``distinct`` candidates."""
+    stats.update(
+        trials=n_finished,
+        resumed=resumed,
+        rejected=n_finished - n_complete,
+        distinct=distinct,
+        duplicates=n_complete - distinct,
+        orphans=orphans,
+    )
 
 
 def _resume_hint(spec: StorageSpec, name: str, temporary: bool, done: int) -> str:

@@ -219,15 +219,8 @@ def _gpu_list(text: str) -> tuple[int, ...]:
     return gpus
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m planner.search.optuna_search``: join a shared study as one worker.
-
-    Uses the default search space and calibration profile of the model and cluster; the study's
-    fingerprint check refuses to join a study made for another problem. Bad input is one
-    ``error:`` line on stderr and exit status 2.
-    """
-    import planner
-
+def _parser() -> _OneLineParser:
+    """The command line of one worker (``python -m planner.search.optuna_search``)."""
     ap = _OneLineParser(prog="python -m planner.search.optuna_search")
     ap.add_argument("--storage", required=True, help="RDB URL, *.log / *.journal, journal:PATH")
     ap.add_argument("--study", default=DEFAULT_STUDY)
@@ -250,46 +243,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="megatron",
         help="as planner search --schedules (all | megatron | a,b,c); must match the study's",
     )
-    a = ap.parse_args(argv)
-    try:
-        if a.trials < 1:
-            raise PlannerError("--trials", f"{a.trials} is below 1", "an integer >= 1")
-        check_seed(a.seed, 1)
-        model, cluster = planner.load_model(a.model), planner.load_cluster(a.cluster)
-        gpus = _gpu_list(a.gpus)
-        try:
-            training = Training(
-                seq_len=a.seq_len,
-                global_batch=a.global_batch,
-                precision=a.precision,
-                cross_entropy=a.cross_entropy,
-            )
-        except ValidationError as exc:
-            raise pydantic_error_to_planner(exc, "training") from None
-        space = default_space(model, cluster, gpus, a.seq_len)
-        from planner.search import parse_schedules  # lazy: the package imports this module
+    return ap
 
-        space = dataclasses.replace(space, schedules=parse_schedules(a.schedules))
-        spec = storage_spec(a.storage)
-        if spec[0] == "memory":  # pragma: no cover - storage_spec never returns it for a string
-            raise PlannerError("storage", "a worker needs a shared storage", "a file or URL")
-        cfg = WorkerConfig(
-            model=model.model_dump(),
-            cluster=cluster.model_dump(),
-            profile=planner.default_profile(cluster).model_dump(),
-            training=training.model_dump(),
-            space=space_axes(space),
-            objective=a.objective,
-            memory_headroom=a.memory_headroom,
-            tokens=a.tokens,
-            sampler=a.sampler,
-            storage=spec,
-            study_name=a.study,
-            trials=a.trials,
-            seed=a.seed,
-            rank=a.rank,
+
+def _worker_config(a: argparse.Namespace) -> WorkerConfig:
+    """The worker's config from its parsed command line: the default search space and
+    calibration profile of the model and cluster. Raises PlannerError on bad input."""
+    import planner
+
+    if a.trials < 1:
+        raise PlannerError("--trials", f"{a.trials} is below 1", "an integer >= 1")
+    check_seed(a.seed, 1)
+    model, cluster = planner.load_model(a.model), planner.load_cluster(a.cluster)
+    gpus = _gpu_list(a.gpus)
+    try:
+        training = Training(
+            seq_len=a.seq_len,
+            global_batch=a.global_batch,
+            precision=a.precision,
+            cross_entropy=a.cross_entropy,
         )
-        ran = run_worker(cfg)
+    except ValidationError as exc:
+        raise pydantic_error_to_planner(exc, "training") from None
+    space = default_space(model, cluster, gpus, a.seq_len)
+    from planner.search import parse_schedules  # lazy: the package imports this module
+
+    space = dataclasses.replace(space, schedules=parse_schedules(a.schedules))
+    spec = storage_spec(a.storage)
+    if spec[0] == "memory":  # pragma: no cover - storage_spec never returns it for a string
+        raise PlannerError("storage", "a worker needs a shared storage", "a file or URL")
+    return WorkerConfig(
+        model=model.model_dump(),
+        cluster=cluster.model_dump(),
+        profile=planner.default_profile(cluster).model_dump(),
+        training=training.model_dump(),
+        space=space_axes(space),
+        objective=a.objective,
+        memory_headroom=a.memory_headroom,
+        tokens=a.tokens,
+        sampler=a.sampler,
+        storage=spec,
+        study_name=a.study,
+        trials=a.trials,
+        seed=a.seed,
+        rank=a.rank,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m planner.search.optuna_search``: join a shared study as one worker.
+
+    Uses the default search space and calibration profile of the model and cluster; the study's
+    fingerprint check refuses to join a study made for another problem. Bad input is one
+    ``error:`` line on stderr and exit status 2.
+    """
+    a = _parser().parse_args(argv)
+    try:
+        ran = run_worker(_worker_config(a))
     except PlannerError as exc:
         err: PlannerError = exc
     except ValidationError as exc:
