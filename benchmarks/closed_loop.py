@@ -7,7 +7,7 @@ Prints a table; never fails. Targets (issue 3): |error| <= 20% on one CPU proces
 DDP over 2 gloo processes, <= 10% on a GPU with a ~1B-parameter model (gpt3-1.3b).
 
 This is where the accuracy of the closed loop is checked: the tests
-(tests/test_calibration_chain.py) only check that it runs, because a step time measured on a
+(tests/calibration/test_calibration_chain.py) only check that it runs, because a step time measured on a
 shared machine moves with the load (another process on a 2-core host once made it +254%).
 Run it on an idle machine; ``--repeats`` runs each closed loop several times and reports the
 median and the range of the error, so that one disturbed run shows as spread, not as a result.

@@ -2,7 +2,7 @@
 
 ``planner.simulate`` builds a :class:`StepPlan`; the :class:`~planner.report.StepReport`
 (``report.plan``), the Chrome trace (planner/timeline.py), the Kineto comparison
-(planner/kineto.py) and the app's pipeline chart are views of it.
+(planner/kineto/) and the app's pipeline chart are views of it.
 
 * A :class:`StagePlan` covers pipeline ranks with the same costs: the first (embedding), the
   last (logits and loss), the middle ones (grouped by layer count), or with the V placement

@@ -24,8 +24,6 @@ PACKAGE = ROOT / "planner"
 LAZY_EDGES = {
     # the one-line error names a field's valid range, read from the specs that raise it
     ("planner.errors", "planner.specs.base"),
-    # costs: the per-mixer costs reuse flops' GEMM helpers (issue 13 item 6 replaces this)
-    ("planner.costs.flops", "planner.costs.mixers"),
     # the search reads the default profile from the public API, which re-exports the search
     ("planner.search", "planner"),
     # a schedule's op order is run by the shared runner, which takes schedules

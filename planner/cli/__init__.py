@@ -8,7 +8,7 @@ another, except ``closed_loop`` which runs ``calibrate``'s suite.
 
 Every bad input (a planner.PlannerError, or a pydantic error converted to one) prints one line
 ``error: <field>: <message> (valid: ...)`` on stderr and exits with status 2. Rendering lives in
-planner/render.py; ``--json`` prints machine-readable output with the units in the key names
+planner/render/; ``--json`` prints machine-readable output with the units in the key names
 (seconds, GiB, tokens per second, percent).
 
 >>> main(["list", "accelerators", "--json"]) == 0  # doctest: +ELLIPSIS

@@ -1,6 +1,6 @@
 """``planner compare-trace REAL.json``: a real profiler trace against the planner's prediction.
 
-The trace (planner/kineto.py) is classified into GEMM, attention, elementwise, loss,
+The trace (planner/kineto/) is classified into GEMM, attention, elementwise, loss,
 collective, optimizer and idle time per step; the same step is simulated from ``--model``,
 ``--cluster`` and ``--layout`` (a layout YAML as written by ``planner search``); the table puts
 measured and predicted seconds per step side by side and lists where the real run loses time

@@ -1,6 +1,6 @@
 """``planner search``: find the best legal layout, explain the winner, export it.
 
-Thin by design: parse flags, call :func:`planner.search.search`, render (planner/render.py) or
+Thin by design: parse flags, call :func:`planner.search.search`, render (planner/render/) or
 print JSON, and write the winner's exports (planner/search/export.py). Every bad input is a
 PlannerError, printed by ``planner.cli.main`` as one ``error:`` line with exit status 2. The
 choices of ``--precision`` and ``--cross-entropy`` are those of the ``Training`` fields.

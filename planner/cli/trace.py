@@ -1,6 +1,6 @@
 """``planner trace PATH.py:FACTORY``: FLOPs and saved activations of a user's torch module.
 
-The module is traced on the meta device (planner/trace.py): nothing is allocated, so a
+The module is traced on the meta device (planner/trace/): nothing is allocated, so a
 full-size block traces in about a second on a CPU. ``--compare-model`` puts the planner's
 analytic figures for one layer of a shipped model (or the whole model, for a module that takes
 token ids) next to the traced ones. torch is imported only when the command runs.

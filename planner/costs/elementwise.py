@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.costs import mixers
+from planner.costs.blocks import mixer_costs
 from planner.costs.flops import Gemm, as_layer
-from planner.specs.blocks import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
+from planner.specs.blocks import DenseMLP, LayerSpec, MoEMLP
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
@@ -55,9 +55,9 @@ def layer_elementwise(
     kernels = 2.0 * blocks
     if dropout:
         hidden_bytes += blocks * tokens * h * 1 / seq_split  # 1 B masks (bias-dropout-add)
-    if not isinstance(spec.mixer, AttentionMixer):
-        hidden_bytes += mixers.ssm_elementwise_bytes(model, spec.mixer, tp, tokens, act_bytes)
-        kernels += 4
+    mixer_work = mixer_costs(spec.mixer).elementwise(model, spec.mixer, tp, tokens, act_bytes)
+    hidden_bytes += mixer_work.hidden_bytes
+    kernels += mixer_work.kernels
     if isinstance(spec.mlp, MoEMLP) and model.moe is not None:
         ffn_tokens = tokens * model.moe.top_k
         ffn = model.moe.expert_ffn_hidden
@@ -73,10 +73,7 @@ def layer_elementwise(
     else:
         mlp_bytes = 2 * ffn_tokens * ffn / tp * act_bytes
     kernels += 1
-    rope_bytes = 0.0
-    if isinstance(spec.mixer, AttentionMixer) and not model.learned_position_embeddings:
-        rope_bytes = 2 * tokens * (model.q_dim + model.kv_dim) / tp * act_bytes
-        kernels += 1
+    rope_bytes = mixer_work.rope_bytes
     cast_bytes = 0.0
     if fp8:
         cast_bytes = sum(g.m * g.k * g.count for g in gemms if g.name != "router")

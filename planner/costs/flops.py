@@ -1,4 +1,5 @@
-"""FLOPs of one transformer layer, per GPU and micro-batch, as a list of GEMMs and attention.
+"""FLOPs of one transformer layer, per GPU and micro-batch, as a list of GEMMs and its mixer's
+core (each token-mixer kind's own, :mod:`planner.costs.blocks`).
 
 Forward FLOPs of a GEMM (m x k) @ (k x n) are 2mnk; its backward is two GEMMs of the same size
 (data and weight gradients), i.e. 2x forward (Narayanan et al. 2021, section 5.1). Attention core
@@ -11,25 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.specs.blocks import AttentionMixer, DenseMLP, LayerSpec, MoEMLP
+from planner.costs.blocks import mixer_costs
+from planner.costs.blocks.attention import (
+    attention_core_flops,
+    attention_gemms,
+    attention_head_dim,
+    attention_head_width,
+)
+from planner.costs.gemm import Gemm, tokens_per_gpu
+from planner.specs.blocks import DenseMLP, LayerSpec, MoEMLP
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
-
-
-@dataclass(frozen=True, slots=True)
-class Gemm:
-    """One forward GEMM of shape (m x k) @ (k x n), repeated ``count`` times (grouped experts)."""
-
-    name: str
-    m: float
-    n: float
-    k: float
-    count: float = 1.0
-
-    @property
-    def flops(self) -> float:
-        """Forward FLOPs of all ``count`` GEMMs."""
-        return 2.0 * self.m * self.n * self.k * self.count
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,39 +37,6 @@ class LayerFlops:
     @property
     def gemm_fwd_flops(self) -> float:
         return sum(g.flops for g in self.gemms)
-
-
-def tokens_per_gpu(layout: Layout, training: Training) -> float:
-    """Tokens one GPU's layer sees per micro-batch (the sequence is split over CP)."""
-    return training.micro_batch * training.seq_len / layout.cp
-
-
-def attention_gemms(model: ModelSpec, tp: int, tokens: float) -> list[Gemm]:
-    """Projection GEMMs of the token mixer (MHA/GQA or MLA), TP-split as Megatron does."""
-    h = model.hidden
-    if model.mla is None:
-        return [
-            Gemm("qkv", tokens, (model.q_dim + 2 * model.kv_dim) / tp, h),
-            Gemm("attn_out", tokens, h, model.v_dim / tp),
-        ]
-    m = model.mla
-    qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
-    gemms = []
-    if m.q_lora_rank:
-        gemms += [
-            Gemm("q_down", tokens, m.q_lora_rank, h),
-            Gemm("q_up", tokens, model.heads * qk_head / tp, m.q_lora_rank),
-        ]
-    else:
-        gemms.append(Gemm("q_proj", tokens, model.heads * qk_head / tp, h))
-    gemms += [
-        Gemm("kv_down", tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
-        Gemm(
-            "kv_up", tokens, model.heads * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank
-        ),
-        Gemm("attn_out", tokens, h, model.v_dim / tp),
-    ]
-    return gemms
 
 
 def mlp_gemms(
@@ -124,35 +84,6 @@ def moe_gemms(model: ModelSpec, layout: Layout, tokens: float) -> list[Gemm]:
     return gemms
 
 
-def attention_head_width(model: ModelSpec) -> int:
-    """d_qk + d_v of one attention head (MLA: nope + rope + v)."""
-    if model.mla:
-        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim + model.mla.v_head_dim
-    return 2 * model.d_head
-
-
-def attention_head_dim(model: ModelSpec) -> float:
-    """Mean of d_qk and d_v: the head dimension a fused attention kernel tiles over."""
-    return attention_head_width(model) / 2.0
-
-
-def attention_core_flops(
-    model: ModelSpec, layout: Layout, training: Training, window: int | None = None
-) -> tuple[float, float]:
-    """(hardware, model-convention) forward FLOPs of scores and values for one micro-batch.
-
-    Full causal attention: the convention counts every query against every key, a fused kernel
-    does half. A sliding window of w < S keys: both count the w-key band.
-    """
-    tokens = tokens_per_gpu(layout, training)
-    heads = model.heads / layout.tp
-    if window and window < training.seq_len:
-        band = 2.0 * tokens * window * heads * attention_head_width(model)
-        return band, band
-    full = 2.0 * tokens * training.seq_len * heads * attention_head_width(model)
-    return 0.5 * full, full
-
-
 def as_layer(layer: LayerSpec | bool) -> LayerSpec:
     """A LayerSpec; ``True`` / ``False`` mean the flat model's MoE / dense attention layer."""
     if isinstance(layer, LayerSpec):
@@ -164,17 +95,12 @@ def layer_flops(
     model: ModelSpec, layout: Layout, training: Training, layer: LayerSpec | bool
 ) -> LayerFlops:
     """Forward work of one layer: its mixer's GEMMs and core, and its channel mixer's GEMMs."""
-    from planner.costs import mixers
-
     spec = as_layer(layer)
     tokens = tokens_per_gpu(layout, training)
     mixer = spec.mixer
-    if isinstance(mixer, AttentionMixer):
-        gemms = attention_gemms(model, layout.tp, tokens)
-        hw, conv = attention_core_flops(model, layout, training, mixer.window)
-    else:
-        gemms = mixers.ssm_gemms(model, mixer, layout.tp, tokens)
-        hw = conv = mixers.scan_flops(model, mixer, layout.tp, tokens)
+    costs = mixer_costs(mixer)
+    gemms = costs.gemms(model, mixer, layout.tp, tokens)
+    hw, conv = costs.core_flops(model, mixer, layout, training)
     mlp = spec.mlp
     if isinstance(mlp, MoEMLP):
         gemms += moe_gemms(model, layout, tokens)
@@ -200,16 +126,10 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
         n -= model.max_positions * model.hidden
     if model.tied_embeddings:
         n += model.vocab * model.hidden  # the tied table is also the logits matmul
-    from planner.costs import mixers
-
     core = 0.0  # per token: attention over min(S, window) keys; SSM / linear scans
     for layer, count in model.layer_kinds():
         mixer = layer.mixer
-        if isinstance(mixer, AttentionMixer):
-            ctx = min(seq_len, mixer.window or seq_len)
-            core += count * 6.0 * model.heads * attention_head_width(model) * ctx
-        else:
-            core += count * 3.0 * mixers.scan_flops(model, mixer, 1, 1.0)
+        core += mixer_costs(mixer).model_core_flops_per_token(model, mixer, seq_len, count)
     return 6.0 * n + core
 
 
@@ -219,3 +139,22 @@ def megatron_flops_per_iteration(
     """Narayanan et al. 2021, Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), GPT with full recompute."""
     b, s, ell, h, v = batch, seq_len, layers, hidden, vocab
     return 96.0 * b * s * ell * h * h * (1 + s / (6 * h) + v / (16 * ell * h))
+
+
+__all__ = [  # the attention helpers and Gemm live in blocks/ and gemm.py; re-exported here
+    "Gemm",
+    "LayerFlops",
+    "as_layer",
+    "attention_core_flops",
+    "attention_gemms",
+    "attention_head_dim",
+    "attention_head_width",
+    "layer_flops",
+    "logits_gemm",
+    "megatron_flops_per_iteration",
+    "mlp_gemms",
+    "model_flops_per_token",
+    "moe_gemms",
+    "tokens_per_expert",
+    "tokens_per_gpu",
+]

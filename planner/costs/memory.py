@@ -19,15 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.costs import mixers
+from planner.costs.blocks import mixer_costs
 from planner.costs.flops import as_layer
 from planner.schedules import SCHEDULES, Schedule, default_schedule_name
 from planner.specs.blocks import (
-    AttentionMixer,
     ChannelMixer,
     DenseMLP,
     LayerSpec,
-    Mixer,
     MoEMLP,
 )
 from planner.specs.layout import Layout, Training
@@ -101,32 +99,15 @@ def layer_activation_bytes(
     # layernorm recompute discards the norm outputs (the block inputs) and re-runs the norms
     block_in = 0.0 if "layernorm" in modules else gin * tok * h
     replicated = n_blocks * (2 * tok * h + block_in + (tok * h if dropout else 0))
-    attention = isinstance(mixer, AttentionMixer)
-    # inside the TP region
-    qkv, mixer_replicated = _mixer_input_bytes(model, mixer, tok, modules)
-    replicated += mixer_replicated
-    attn_out = gin * tok * model.v_dim if attention else 0.0
+    # the mixer's own (planner.costs.blocks): inside the TP region, and MLA's latents outside
+    kept = mixer_costs(mixer).activations(
+        model, mixer, s, b, gin, modules, dropout, flash_attention
+    )
+    replicated += kept.replicated
     mlp, router = _mlp_block_bytes(model, mlp_spec, tok, gin, modules)
     replicated += router
-    core = _core_attention_bytes(model, mixer, s, b, dropout, flash_attention, modules)
-    sharded = qkv + attn_out + mlp + core
+    sharded = kept.tp_region + kept.out_proj_input + mlp + kept.core
     return (replicated / seq_split + sharded / t) * scale
-
-
-def _mixer_input_bytes(
-    model: ModelSpec, mixer: Mixer, tok: float, modules: set[str]
-) -> tuple[float, float]:
-    """Mixer activations of ``tok`` tokens, in 2-byte units: (inside the TP region: q, k, v or
-    the SSM's; replicated: MLA's latents, 0 otherwise)."""
-    if not isinstance(mixer, AttentionMixer):
-        return mixers.ssm_activation_bytes(model, mixer, 1, tok, 2.0), 0.0
-    if model.mla:
-        m = model.mla
-        qkv = 2 * tok * model.heads * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
-        if "mla_up_proj" in modules:
-            qkv = 0.0  # up-projected q, k, v discarded, re-run from the latents in backward
-        return qkv, 2 * tok * (m.kv_lora_rank + (m.q_lora_rank or 0))
-    return 2 * tok * (model.q_dim + 2 * model.kv_dim), 0.0
 
 
 def _mlp_block_bytes(
@@ -153,30 +134,6 @@ def _mlp_block_bytes(
             return 0.0, 0.0  # the dense MLP is checkpointed: only its input is kept
         return _mlp_bytes(model, tok, mlp_spec.ffn_hidden or model.ffn_hidden, gin), 0.0
     return 0.0, 0.0
-
-
-def _core_attention_bytes(
-    model: ModelSpec,
-    mixer: Mixer,
-    s: float,
-    b: int,
-    dropout: bool,
-    flash_attention: bool,
-    modules: set[str],
-) -> float:
-    """Core-attention activations, in 2-byte units, of ``b`` sequences of ``s`` tokens:
-    unfused: the softmax output (+ mask and dropout output) per score; flash: the fp32
-    log-sum-exp per row; 0 for a non-attention mixer or a recomputed core."""
-    if not isinstance(mixer, AttentionMixer):
-        return 0.0
-    if "core_attn" not in modules and not flash_attention:
-        ctx = min(s, mixer.window or s)
-        # softmax out (+mask, dropout out)
-        return (5.0 if dropout else 2.0) * model.heads * s * ctx * b
-    if flash_attention:
-        tok = s * b
-        return 4.0 * tok * model.heads  # fp32 log-sum-exp per row
-    return 0.0
 
 
 def _mlp_bytes(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.costs import comms, compute, elementwise, flops, host, recompute
-from planner.specs.blocks import AttentionMixer, LayerSpec, MoEMLP
+from planner.costs.blocks import mixer_costs
+from planner.specs.blocks import LayerSpec, MoEMLP
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -140,7 +141,7 @@ def _compute(
     # the slowest EP rank sets the pace: its experts see imbalance x the mean tokens
     g_f += (imbalance - 1.0) * ex_f
     g_b += (imbalance - 1.0) * ex_b
-    attention = isinstance(layer.mixer, AttentionMixer)
+    attention = mixer_costs(layer.mixer).softmax_attention
     if not attention:
         a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev, 2.0)
     elif training.attention_kernel == "unfused":

@@ -8,6 +8,7 @@ utilisation -> plan and report.
 from __future__ import annotations
 
 from planner.costs import elementwise, flops, memory, pipeline
+from planner.costs.blocks import mixer_costs
 from planner.legality import check_layout
 from planner.plan import StageRecipe, StageSpec, StepPlan, build_stages, pass_times
 from planner.profile import CalibrationProfile
@@ -30,7 +31,6 @@ from planner.simulate.stages import (
     pp_send_s,
     rank_costs,
 )
-from planner.specs.blocks import AttentionMixer
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -154,7 +154,7 @@ def utilisation(ctx: Context, stack: Stack, step: float) -> tuple[float, float, 
     per_gpu_tokens = training.micro_batch * training.seq_len / (layout.tp * layout.cp)
     saving = core_hw = 0.0  # per token
     for layer, count in model.layer_kinds():
-        if isinstance(layer.mixer, AttentionMixer):
+        if mixer_costs(layer.mixer).softmax_attention:
             hw, conv = flops.attention_core_flops(model, layout, training, layer.mixer.window)
             if training.attention_kernel == "unfused":
                 hw = conv  # materialised scores: the masked half is computed too

@@ -9,11 +9,14 @@ A model's ``layer_groups`` lists groups of layers, each repeated ``repeat`` time
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
 from planner.specs.base import MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, Spec
+
+if TYPE_CHECKING:
+    from planner.specs.model import ModelSpec
 
 _Frozen = Spec
 
@@ -29,6 +32,10 @@ class AttentionMixer(_Frozen):
         description="sliding-window size in tokens; None = full causal",
     )
 
+    def params(self, model: ModelSpec) -> int:
+        """Parameters: the model's attention projections (MHA/GQA or MLA)."""
+        return model.attention_params()
+
 
 class Mamba2Mixer(_Frozen):
     """Mamba-2 block: in_proj -> causal conv1d -> SSD scan -> gated norm -> out_proj."""
@@ -43,6 +50,16 @@ class Mamba2Mixer(_Frozen):
     )
     chunk: int = Field(default=256, ge=1, le=65_536, description="SSD chunk length Q")
 
+    def params(self, model: ModelSpec) -> int:
+        """Parameters: in_proj, conv1d (+ bias), dt_bias, A, D, the gated norm and out_proj."""
+        h = model.hidden
+        d_in = self.expand * h
+        nheads = d_in // self.head_dim
+        bc = 2 * self.n_groups * self.d_state
+        in_proj = h * (2 * d_in + bc + nheads)
+        conv = (d_in + bc) * (self.d_conv + 1)
+        return in_proj + conv + 3 * nheads + d_in + d_in * h  # dt_bias, A, D; norm; out
+
 
 class LinearAttentionMixer(_Frozen):
     """Causal linear attention (kernelised, chunked); ``heads``/``head_dim`` default to the
@@ -52,6 +69,11 @@ class LinearAttentionMixer(_Frozen):
     heads: int | None = Field(default=None, ge=1, le=MAX_HEADS)
     head_dim: int | None = Field(default=None, ge=1, le=MAX_HEAD_DIM)
     chunk: int = Field(default=64, ge=1, le=65_536, description="chunk length of the parallel form")
+
+    def params(self, model: ModelSpec) -> int:
+        """Parameters: q, k, v and out projections."""
+        width = (self.heads or model.heads) * (self.head_dim or model.d_head)
+        return 4 * model.hidden * width
 
 
 Mixer = Annotated[AttentionMixer | Mamba2Mixer | LinearAttentionMixer, Field(discriminator="kind")]

@@ -243,19 +243,8 @@ class ModelSpec(_Frozen):
         return m.experts * expert + shared + router, m.top_k * expert + shared + router
 
     def mixer_params(self, mixer: AttentionMixer | Mamba2Mixer | LinearAttentionMixer) -> int:
-        """Parameters of one token mixer."""
-        h = self.hidden
-        if isinstance(mixer, Mamba2Mixer):
-            d_in = mixer.expand * h
-            nheads = d_in // mixer.head_dim
-            bc = 2 * mixer.n_groups * mixer.d_state
-            in_proj = h * (2 * d_in + bc + nheads)
-            conv = (d_in + bc) * (mixer.d_conv + 1)
-            return in_proj + conv + 3 * nheads + d_in + d_in * h  # dt_bias, A, D; norm; out
-        if isinstance(mixer, LinearAttentionMixer):
-            width = (mixer.heads or self.heads) * (mixer.head_dim or self.d_head)
-            return 4 * h * width
-        return self.attention_params()
+        """Parameters of one token mixer (each mixer spec counts its own)."""
+        return mixer.params(self)
 
     def layer_params(self, layer: LayerSpec) -> tuple[int, int]:
         """(total, active per token) parameters of one layer, norms included."""

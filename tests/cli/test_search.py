@@ -298,7 +298,7 @@ def test_cross_entropy_reaches_every_candidate_and_the_export(tmp_path: Path) ->
 # ---- the pipeline schedule knob ---------------------------------------------------------------
 
 GOLDEN = json.loads(
-    (Path(__file__).parent / "assets" / "search_default_schedules.json").read_text()
+    (Path(__file__).resolve().parents[1] / "assets" / "search_default_schedules.json").read_text()
 )
 
 

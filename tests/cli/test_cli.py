@@ -156,7 +156,7 @@ def test_malformed_yaml_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_model_yaml_missing_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = yaml.safe_load(
-        (Path(__file__).resolve().parents[1] / "models" / "llama3.1-8b.yaml").read_text()
+        (Path(__file__).resolve().parents[2] / "models" / "llama3.1-8b.yaml").read_text()
     )
     del spec["hidden"]
     path = tmp_path / "nohidden.yaml"

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DONE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 CONNECTED = "[data-testid='stApp'][data-test-connection-state='CONNECTED']"
 ERRORS = "[data-testid='stException'], [data-testid='stAlertContentError']"

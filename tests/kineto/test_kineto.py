@@ -1,4 +1,4 @@
-"""Reading real PyTorch profiler traces (planner/kineto.py) and ``planner compare-trace``.
+"""Reading real PyTorch profiler traces (planner/kineto/) and ``planner compare-trace``.
 
 tests/assets/cpu_gpt_step_trace.json and cpu_gpt_ddp_rank0_trace.json are real traces written
 by torch.profiler on CPU (tests/assets/make_cpu_trace.py). GPU kernel names are checked with a
@@ -30,7 +30,7 @@ from planner.kineto import (
 from planner.report import TIME_CATEGORIES
 from planner.search.export import layout_yaml
 
-ASSETS = Path(__file__).resolve().parent / "assets"
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
 CPU_TRACE = ASSETS / "cpu_gpt_step_trace.json"
 DDP_TRACE = ASSETS / "cpu_gpt_ddp_rank0_trace.json"
 

@@ -19,7 +19,7 @@ from planner.trace import analytic_figures, compare, load_factory, trace_module,
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 SEQ = 512
 GPT_BLOCK = f"{EXAMPLES / 'gpt_block.py'}"

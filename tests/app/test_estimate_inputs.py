@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from app_pages import estimate_extras as extras  # noqa: E402
 from planner.specs.layout import Layout, Training  # noqa: E402
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 class ChunkedLayout(Layout):

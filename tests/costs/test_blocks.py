@@ -1,0 +1,75 @@
+"""planner/costs/blocks/: every token-mixer kind of the spec has its costs registered, each
+answers every question of MixerCosts with finite numbers, and the hand-worked figures hold."""
+
+from __future__ import annotations
+
+import math
+from typing import get_args
+
+import pytest
+
+import planner
+from planner.costs.blocks import MIXER_COSTS, mixer_costs
+from planner.costs.blocks.base import MixerCosts, chunked_scan_flops
+from planner.specs.blocks import AttentionMixer, LinearAttentionMixer, Mamba2Mixer, Mixer
+from planner.specs.layout import Layout, Training
+
+SPEC_CLASSES = get_args(get_args(Mixer)[0])  # Annotated[Union[...], discriminator]
+
+
+def test_every_mixer_kind_of_the_spec_has_registered_costs() -> None:
+    kinds = {cls.model_fields["kind"].default for cls in SPEC_CLASSES}
+    assert kinds == set(MIXER_COSTS)
+    assert all(isinstance(c, MixerCosts) for c in MIXER_COSTS.values())
+
+
+@pytest.mark.parametrize(
+    "mixer",
+    [AttentionMixer(), AttentionMixer(window=512), Mamba2Mixer(), LinearAttentionMixer()],
+    ids=str,
+)
+@pytest.mark.parametrize("model_id", ["llama3.1-8b", "deepseek-v3", "jamba-v0.1"])
+def test_each_kind_answers_every_question_finitely(mixer, model_id) -> None:
+    model = planner.load_model(model_id)
+    layout, training = Layout(tp=2), Training(seq_len=4096, global_batch=8, micro_batch=2)
+    costs = mixer_costs(mixer)
+    gemms = costs.gemms(model, mixer, 2, 8192.0)
+    assert gemms and all(g.flops > 0 for g in gemms)
+    hw, conv = costs.core_flops(model, mixer, layout, training)
+    assert 0 < hw <= conv
+    assert costs.model_core_flops_per_token(model, mixer, 4096, 3) == pytest.approx(
+        3 * costs.model_core_flops_per_token(model, mixer, 4096)
+    )
+    ew = costs.elementwise(model, mixer, 2, 8192.0, 2.0)
+    kept = costs.activations(model, mixer, 4096.0, 2, 2.0, set(), False, True)
+    figures = [ew.hidden_bytes, ew.rope_bytes, ew.kernels, *vars_of(kept)]
+    assert all(math.isfinite(x) and x >= 0 for x in figures)
+    assert mixer.params(model) > 0
+
+
+def vars_of(kept) -> list[float]:
+    return [kept.tp_region, kept.out_proj_input, kept.replicated, kept.core]
+
+
+def test_causal_attention_hardware_flops_are_half_the_convention() -> None:
+    model = planner.load_model("llama3.1-8b")
+    layout, training = Layout(tp=1), Training(seq_len=4096, global_batch=8, micro_batch=1)
+    hw, conv = mixer_costs(AttentionMixer()).core_flops(model, AttentionMixer(), layout, training)
+    # 2 * tokens * context * heads * (d_qk + d_v): 2 * 4096 * 4096 * 32 * 256
+    assert conv == 2.0 * 4096 * 4096 * 32 * 256 and hw == conv / 2
+
+
+def test_chunked_scan_flops_by_hand() -> None:
+    # tokens 10, 4 heads over tp 2, Q 8, N 16, P 4: 10 * 2 * (2*8*20 + 4*16*4) = 11,520
+    assert chunked_scan_flops(10.0, 4, 2, 8, 16, 4) == 11_520.0
+
+
+def test_flash_attention_keeps_the_log_sum_exp_not_the_scores() -> None:
+    model = planner.load_model("llama3.1-8b")
+    costs, mixer = mixer_costs(AttentionMixer()), AttentionMixer()
+    flash = costs.activations(model, mixer, 4096.0, 1, 2.0, set(), False, True)
+    unfused = costs.activations(model, mixer, 4096.0, 1, 2.0, set(), False, False)
+    assert flash.core == 4.0 * 4096 * model.heads
+    assert unfused.core == 2.0 * model.heads * 4096 * 4096
+    recomputed = costs.activations(model, mixer, 4096.0, 1, 2.0, {"core_attn"}, False, False)
+    assert recomputed.core == 0.0
