@@ -99,7 +99,9 @@ def fit_attention(suite: SuiteResult, peak_flops: float) -> tuple[AttentionEffic
     )
     ef = fwd_flops / np.array([x.fwd_seconds for x in a]) / peak_flops
     eb = 2.5 * fwd_flops / np.array([x.bwd_seconds for x in a]) / peak_flops
-    bounds = ([1e-4, 0.0], [2.0, 1e6])
+    # half >= 1 token: noisy timings (a loaded CPU) can flatten the curve to half = 0, which
+    # no profile accepts (seq_half > 0)
+    bounds = ([1e-4, 1.0], [2.0, 1e6])
     (f_eta, f_half), _ = curve_fit(_sat, s, ef, p0=(float(ef.max()), 100.0), bounds=bounds)
     (b_eta, b_half), _ = curve_fit(_sat, s, eb, p0=(float(eb.max()), 100.0), bounds=bounds)
     pred_f, pred_b = _sat(s, f_eta, f_half), _sat(s, b_eta, b_half)
@@ -107,7 +109,7 @@ def fit_attention(suite: SuiteResult, peak_flops: float) -> tuple[AttentionEffic
     fit = AttentionEfficiency(
         eta_max_fwd=round(float(min(f_eta, 1.0)), 4),
         eta_max_bwd=round(float(min(b_eta, 1.0)), 4),
-        seq_half=round(float((f_half + b_half) / 2), 1),
+        seq_half=max(round(float((f_half + b_half) / 2), 1), 1.0),
     )
     return fit, {"attention_median_abs_rel_error": float(np.median(err))}
 
@@ -124,7 +126,10 @@ def fit_memory(suite: SuiteResult, reference_bytes_per_s: float) -> tuple[Memory
     inv_bw, fixed = np.maximum(coef[:-1], 1e-30), coef[-1]
     rel = design @ np.r_[inv_bw, fixed] - 1.0
     bws = {op: 1.0 / ib for op, ib in zip(ops, inv_bw, strict=True)}
-    op_eta = {op: round(float(min(bw / reference_bytes_per_s, 1.0)), 4) for op, bw in bws.items()}
+    op_eta = {
+        op: max(round(float(min(bw / reference_bytes_per_s, 1.0)), 4), 1e-4)
+        for op, bw in bws.items()
+    }
     fit = MemoryEfficiency(
         eta_hbm=op_eta.get("copy", float(np.median(list(op_eta.values())))),
         op_eta=op_eta,
