@@ -35,7 +35,9 @@ from planner.specs import (
     load_accelerator,
     load_cluster,
     load_model,
+    load_stack,
 )
+from planner.specs.stack import StackSpec
 
 __version__ = "0.1.0"
 
@@ -57,11 +59,15 @@ def simulate(
     training: Training,
     profile: CalibrationProfile | str | Path | None = None,
     profile_for_any_device: bool = False,
+    stack: StackSpec | str | Path | None = None,
 ) -> StepReport:
     """Predict one training step; ``profile`` defaults to the cluster's calibration profile.
 
     A ``profile`` measured on another accelerator than the cluster's is a PlannerError unless
     ``profile_for_any_device`` is True (a CPU profile on an H100 cluster is 100x off).
+    ``stack``: a software stack (a StackSpec, a shipped id such as ``"torchtitan-compiled"``,
+    or a YAML path) whose defaults fill the fields ``layout`` and ``training`` leave unset and
+    whose capabilities the layout must respect (None: the inputs as given).
     """
     if profile is None:
         prof = default_profile(cluster)
@@ -71,7 +77,8 @@ def simulate(
         prof = _cached_profile(str(profile))
     if profile is not None:
         check_profile_device(prof, cluster, profile_for_any_device)
-    return simulate_step(model, cluster, layout, training, prof)
+    spec = stack if isinstance(stack, StackSpec) or stack is None else load_stack(stack)
+    return simulate_step(model, cluster, layout, training, prof, stack=spec)
 
 
 # ``planner.search`` is the search subpackage, callable as ``planner.search(...)``
@@ -95,6 +102,8 @@ __all__ = [
     "load_accelerator",
     "load_cluster",
     "load_model",
+    "load_stack",
+    "StackSpec",
     "load_profile",
     "search",
     "simulate",

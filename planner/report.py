@@ -69,6 +69,9 @@ class StepReport:
     profile: str = ""
     assumptions: list[str] = field(default_factory=list)
     mfu_convention: str = MFU_CONVENTION
+    stack: str = ""  # the software stack the step was costed for ("" none: inputs as given)
+    peak_reserved_gib: float | None = None  # the caching allocator's reserved peak (stack)
+    reported_peak: str = ""  # which peak the stack's own logs report: allocated or reserved
     # the plan this report summarises: per rank, chunk and pass (not part of to_dict)
     plan: StepPlan | None = field(default=None, repr=False, compare=False)
 

@@ -2,7 +2,7 @@
 
 The repository's top-level folders are the source of truth (``models/``, ``hardware_specs/``,
 ``calibration/profiles/``, ``calibration/validation/``, ``app.py`` with ``app_pages/``). A built
-wheel carries copies of ``models/``, ``hardware_specs/`` and the web app under
+wheel carries copies of ``models/``, ``hardware_specs/``, ``stacks/`` and the web app under
 ``planner/_data/`` (pyproject.toml ``force-include``) and the ``calibration`` package with its
 profiles and cases. Everything is found through :mod:`importlib.resources`, so an installed
 planner works from any directory, without the checkout and without ``../shared``.
@@ -37,6 +37,7 @@ def calibration_dir() -> Path:
 MODELS_DIR = data_root() / "models"
 ACCELERATORS_DIR = data_root() / "hardware_specs" / "accelerators"
 CLUSTERS_DIR = data_root() / "hardware_specs" / "clusters"
+STACKS_DIR = data_root() / "stacks"
 PROFILES_DIR = calibration_dir() / "profiles"
 CASES_DIR = calibration_dir() / "validation"
 APP_DIR = data_root() / "app" if _PACKAGED.is_dir() else _CHECKOUT

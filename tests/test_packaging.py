@@ -18,6 +18,7 @@ from planner.resources import (
     CLUSTERS_DIR,
     MODELS_DIR,
     PROFILES_DIR,
+    STACKS_DIR,
     shipped_cases,
 )
 
@@ -66,6 +67,8 @@ def test_wheel_carries_data_and_app(tmp_path: Path) -> None:
         assert f"planner/_data/models/{model.name}" in names
     for cluster in CLUSTERS_DIR.glob("*.yaml"):
         assert f"planner/_data/hardware_specs/clusters/{cluster.name}" in names
+    for stack in STACKS_DIR.glob("*.yaml"):
+        assert f"planner/_data/stacks/{stack.name}" in names
     for profile in PROFILES_DIR.glob("*.json"):
         assert f"calibration/profiles/{profile.name}" in names
     assert {

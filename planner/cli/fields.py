@@ -9,7 +9,7 @@ spec is a flag with no edit here.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -44,6 +44,7 @@ def add_field_flags(
     defaults: Mapping[str, Any] | None = None,
     helps: Mapping[str, str] | None = None,
     custom: Mapping[str, Callable[[Any], None]] | None = None,
+    unset: Collection[str] = (),
 ) -> tuple[str, ...]:
     """Add one flag per field of ``spec`` to ``parser`` (or an argument group), ``dest`` = the
     field name; return the field names.
@@ -52,7 +53,9 @@ def add_field_flags(
     ``defaults``: field -> the command line's default when it is not the spec's (a required
     field without one defaults to None, for the caller to check); ``helps``: field -> help when
     the field has no description; ``custom``: field -> a function that adds that field's flag
-    by hand, called in the field's place.
+    by hand, called in the field's place; ``unset``: fields whose flag defaults to None (not
+    given: the software stack's value, else the spec's), a switch among them also gets its
+    opposite (``--x`` and ``--no-x``).
     """
     flags, defaults, helps, custom = flags or {}, defaults or {}, helps or {}, custom or {}
     for field in input_fields(spec):
@@ -62,8 +65,20 @@ def add_field_flags(
         default = defaults.get(field.name, field.default)
         kwargs: dict[str, Any] = {"dest": field.name, "default": default}
         text = _help(field, default, helps.get(field.name))
+        flag = flags.get(field.name, field.flag)
+        if field.name in unset:
+            kwargs["default"] = None
+            text = f"{text} [unset: the stack's]" if text else "unset: the stack's"
         if field.kind == "bool":
             kwargs["action"] = "store_false" if field.default else "store_true"
+            if field.name in unset:
+                parser.add_argument(
+                    _opposite(flag),
+                    dest=field.name,
+                    action="store_true" if field.default else "store_false",
+                    default=None,
+                    help=argparse.SUPPRESS,
+                )
         elif field.kind == "choice":
             kwargs["choices"] = field.choices
             kinds = {type(c) for c in field.choices}
@@ -73,13 +88,23 @@ def add_field_flags(
             kwargs.update(type=comma_list, metavar="A,B")
         else:
             kwargs["type"] = {"int": int, "float": float, "str": str}[field.kind]
-        parser.add_argument(flags.get(field.name, field.flag), help=text, **kwargs)
+        parser.add_argument(flag, help=text, **kwargs)
     return tuple(f.name for f in input_fields(spec))
 
 
+def _opposite(flag: str) -> str:
+    """``--x`` -> ``--no-x``, ``--no-x`` -> ``--x``."""
+    return "--" + flag[5:] if flag.startswith("--no-") else "--no-" + flag[2:]
+
+
 def field_values(args: argparse.Namespace, spec: type[BaseModel]) -> dict[str, Any]:
-    """The values of ``spec``'s fields that :func:`add_field_flags` put on ``args``."""
-    return {f.name: getattr(args, f.name) for f in input_fields(spec) if hasattr(args, f.name)}
+    """The values of ``spec``'s fields that :func:`add_field_flags` put on ``args`` (an unset
+    field, None, is left out: the spec built from them does not count it as set)."""
+    return {
+        f.name: getattr(args, f.name)
+        for f in input_fields(spec)
+        if getattr(args, f.name, None) is not None
+    }
 
 
 __all__ = ["InputField", "add_field_flags", "comma_list", "field_values", "input_fields"]

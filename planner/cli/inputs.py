@@ -27,6 +27,14 @@ from planner.report import StepReport
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
+from planner.stacks import (
+    DEFAULT_STACK,
+    STACK_LAYOUT_FIELDS,
+    STACK_TRAINING_FIELDS,
+    apply_stack,
+    check_stack,
+)
 
 # The specs the flags describe; read when a parser is built, so a subclass can stand in
 LAYOUT_SPEC: type[Layout] = Layout
@@ -61,8 +69,21 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="total GPUs of the job (required unless --layout FILE gives it)",
     )
-    add_field_flags(p, LAYOUT_SPEC, flags=LEGACY_FLAGS, custom={"dp": _add_dp_flag})
-    add_field_flags(p, TRAINING_SPEC, flags=LEGACY_FLAGS, defaults=TRAINING_DEFAULTS)
+    add_field_flags(
+        p,
+        LAYOUT_SPEC,
+        flags=LEGACY_FLAGS,
+        custom={"dp": _add_dp_flag},
+        unset=STACK_LAYOUT_FIELDS,
+    )
+    add_field_flags(
+        p,
+        TRAINING_SPEC,
+        flags=LEGACY_FLAGS,
+        defaults=TRAINING_DEFAULTS,
+        unset=STACK_TRAINING_FIELDS,
+    )
+    add_stack_flag(p)
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
     add_profile_device_flag(p)
     p.add_argument(
@@ -79,6 +100,35 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         help="layout YAML (as written by planner search): its layout and training replace the "
         "layout and training flags; its gpus are used unless --gpus is given",
     )
+
+
+def add_stack_flag(p: argparse.ArgumentParser) -> None:
+    """``--stack ID|PATH`` (default: :data:`planner.stacks.DEFAULT_STACK`)."""
+    p.add_argument(
+        "--stack",
+        default=DEFAULT_STACK,
+        help=f"software stack: a shipped id ({', '.join(stack_ids())}) or a YAML path; its "
+        f"kernels, overlaps and execution fill the flags left unset, and a layout it cannot run "
+        f"is refused (default {DEFAULT_STACK}: Megatron-Core + Transformer Engine)",
+    )
+
+
+def stack_ids() -> list[str]:
+    """Ids of the shipped stacks."""
+    from planner.resources import STACKS_DIR
+    from planner.specs.loading import shipped_ids
+
+    return shipped_ids(STACKS_DIR)
+
+
+def with_stack(
+    args: argparse.Namespace, model: ModelSpec, layout: Layout, training: Training
+) -> tuple[StackSpec, Layout, Training]:
+    """The --stack and the layout and training it completes (checked against what it runs)."""
+    stack = planner.load_stack(getattr(args, "stack", None) or DEFAULT_STACK)
+    layout, training = apply_stack(stack, model, layout, training)
+    check_stack(stack, layout, training)
+    return stack, layout, training
 
 
 def derive_dp(args: argparse.Namespace) -> int:
@@ -157,10 +207,11 @@ def simulate_baseline(
     model = planner.load_model(args.model)
     cluster = planner.load_cluster(args.cluster)
     gpus, layout, training = simulate_inputs(args)
+    stack, layout, training = with_stack(args, model, layout, training)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
     profile = run_profile(args, cluster)
     report = planner.simulate(
-        model, cluster, layout, training, profile, args.profile_for_any_device
+        model, cluster, layout, training, profile, args.profile_for_any_device, stack=stack
     )
     return model, cluster, layout, training, profile, report
 

@@ -1,4 +1,4 @@
-"""``planner list models|clusters|accelerators``: the shipped specs with a short description."""
+"""``planner list models|clusters|accelerators|stacks``: the shipped specs with a short description."""
 
 from __future__ import annotations
 
@@ -9,14 +9,18 @@ import planner
 from planner.cli.common import console, json_out
 from planner.errors import PlannerError
 from planner.render import render_list
+from planner.resources import STACKS_DIR
 from planner.specs.loading import ACCELERATORS_DIR, CLUSTERS_DIR, MODELS_DIR, shipped_ids
+from planner.stacks import DEFAULT_STACK
 
-KINDS = ("models", "clusters", "accelerators")
+KINDS = ("models", "clusters", "accelerators", "stacks")
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``planner list`` on the ``planner`` argparse subparsers."""
-    p = sub.add_parser("list", help="list shipped models, clusters or accelerators")
+    p = sub.add_parser(
+        "list", help="list shipped models, clusters, accelerators or software stacks"
+    )
     p.add_argument("kind", choices=KINDS)
     p.add_argument("--json", action="store_true", help="print a JSON list of {id, description}")
     return p
@@ -33,6 +37,10 @@ def describe(kind: str, spec_id: str) -> str:
         if kind == "clusters":
             c = planner.load_cluster(spec_id)
             return f"{c.spec.gpus_per_node} x {c.accelerator.name} per node"
+        if kind == "stacks":
+            s = planner.load_stack(spec_id)
+            default = " [default]" if spec_id == DEFAULT_STACK else ""
+            return f"{' '.join(s.description.split())}{default}"
         a = planner.load_accelerator(spec_id)
         bf16 = a.peak_tflops.bf16 or a.peak_tflops.fp16
         return f"{a.name}: {a.hbm_capacity_gib:g} GiB HBM, {bf16:g} TFLOP/s bf16 dense"
@@ -42,9 +50,12 @@ def describe(kind: str, spec_id: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Ids of shipped specs with a short description."""
-    directory = {"models": MODELS_DIR, "clusters": CLUSTERS_DIR, "accelerators": ACCELERATORS_DIR}[
-        args.kind
-    ]
+    directory = {
+        "models": MODELS_DIR,
+        "clusters": CLUSTERS_DIR,
+        "accelerators": ACCELERATORS_DIR,
+        "stacks": STACKS_DIR,
+    }[args.kind]
     rows = [(spec_id, describe(args.kind, spec_id)) for spec_id in shipped_ids(directory)]
     if args.json:
         json_out([{"id": i, "description": d} for i, d in rows])

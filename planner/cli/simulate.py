@@ -7,7 +7,7 @@ from typing import Any
 
 import planner
 from planner.cli.common import console, json_out
-from planner.cli.inputs import add_layout_flags, run_profile, simulate_inputs
+from planner.cli.inputs import add_layout_flags, run_profile, simulate_inputs, with_stack
 from planner.render import render_simulation
 from planner.timeline import write_trace
 
@@ -35,9 +35,16 @@ def run(args: argparse.Namespace) -> int:
     model = planner.load_model(args.model)
     cluster = planner.load_cluster(args.cluster)
     gpus, layout, training = simulate_inputs(args)
+    stack, layout, training = with_stack(args, model, layout, training)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
     report = planner.simulate(
-        model, cluster, layout, training, run_profile(args, cluster), args.profile_for_any_device
+        model,
+        cluster,
+        layout,
+        training,
+        run_profile(args, cluster),
+        args.profile_for_any_device,
+        stack=stack,
     )
     if args.trace:
         write_trace(report, model, layout, training, args.trace)

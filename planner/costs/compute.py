@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from planner.costs.elementwise import ElementwiseWork
 from planner.costs.flops import Gemm
+from planner.costs.host import host_op_factor
 from planner.profile import CalibrationProfile
 from planner.specs.hardware import AcceleratorSpec
 
@@ -55,8 +56,10 @@ def make_device(
     precision: str,
     attention_kernel: str = "fused",
     norm: str = "rmsnorm",
+    execution: str = "eager",
 ) -> Device:
-    """Bind an accelerator and a profile for one training precision and attention kernel."""
+    """Bind an accelerator and a profile for one training precision and attention kernel;
+    ``execution`` scales the host time per op (:func:`planner.costs.host.host_op_factor`)."""
     work = "fp32" if precision == "fp32" else "bf16"
     bf16_peak = accel.peak_flops_per_s(work)
     gemm_peak = accel.peak_flops_per_s(precision)
@@ -84,7 +87,7 @@ def make_device(
         attn_dim_half_bwd=ATTN_DIM_HALF[attention_kernel][1],
         gemm_in_bytes={"fp8": 1.0, "fp32": 4.0}.get(precision, 2.0),
         act_bytes=4.0 if precision == "fp32" else 2.0,
-        host_op_s=profile.host.op_us * 1e-6,
+        host_op_s=profile.host.op_us * 1e-6 * host_op_factor(execution),
     )
 
 

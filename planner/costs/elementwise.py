@@ -38,11 +38,13 @@ def layer_elementwise(
     fp8: bool,
     dropout: bool = False,
     act_bytes: float = ACT_BYTES,
+    unfused: tuple[str, ...] = (),
 ) -> ElementwiseWork:
     """Memory-bound forward work of one layer on one GPU for ``tokens`` tokens.
 
     Norms and residual adds run on the full hidden state, replicated over TP unless sequence
-    parallelism splits them (Korthikanti et al. 2022, section 4.2.2).
+    parallelism splits them (Korthikanti et al. 2022, section 4.2.2). ``unfused``: the chains
+    that run as separate eager kernels (:func:`unfused_chain_work`).
     """
     spec = as_layer(layer)
     h = model.hidden
@@ -79,9 +81,66 @@ def layer_elementwise(
         cast_bytes = sum(g.m * g.k * g.count for g in gemms if g.name != "router")
         cast_bytes *= FP8_CAST_BYTES_PER_ELEMENT
         kernels += len(gemms)
+    if unfused:
+        extra, extra_kernels = unfused_chain_work(
+            unfused,
+            hidden_pass=tokens * h * act_bytes * blocks / seq_split,
+            glu_pass=ffn_tokens * ffn / tp * act_bytes if model.gated else 0.0,
+            rope_bytes=rope_bytes,
+            dropout=dropout,
+            blocks=blocks,
+        )
+        hidden_bytes += extra
+        kernels += extra_kernels
     return ElementwiseWork(
         hidden_bytes + mlp_bytes + rope_bytes + cast_bytes, kernels, norm_bytes, mlp_bytes
     )
+
+
+# Extra HBM passes (and kernels) of a chain run as separate eager kernels instead of one fused
+# kernel, counted from the ops each runs (a pass: the tensor read or written once):
+# norm: RMSNorm/LayerNorm decomposed (square, mean, rsqrt, scale, weight) reads/writes the
+#   hidden state 7 times where the fused kernel does 2 (read x, write y): +5 passes, +3 kernels;
+# glu: act(gate) then * up: 5 passes of the ffn width where the fused kernel does 3: +2, +1;
+# rope: upcast to fp32, complex multiply, downcast (torchtitan apply_rotary_emb) moves q and k
+#   10 times in bf16 units where a fused kernel does 2: +8 x the fused bytes / 2, +2 kernels;
+# bias_dropout_add (only with dropout): dropout then add, 5 passes for the fused 3: +2, +1.
+UNFUSED_PASSES = {"norm": (5.0, 3.0), "glu": (2.0, 1.0), "rope": (4.0, 2.0)}
+UNFUSED_DROPOUT_ADD = (2.0, 1.0)
+
+
+def unfused_chain_work(
+    unfused: tuple[str, ...],
+    hidden_pass: float,
+    glu_pass: float,
+    rope_bytes: float,
+    dropout: bool,
+    blocks: int,
+) -> tuple[float, float]:
+    """(extra forward HBM bytes, extra kernels) of the ``unfused`` chains of one layer.
+
+    ``hidden_pass``: bytes of one pass over the layer's hidden states (all blocks);
+    ``glu_pass``: one pass over the gated MLP's width (0 when not gated); ``rope_bytes``: the
+    fused rotary embedding's bytes (0 without rotary); ``blocks``: norm/residual blocks.
+    """
+    extra = kernels = 0.0
+    if "norm" in unfused:
+        passes, k = UNFUSED_PASSES["norm"]
+        extra += passes * hidden_pass
+        kernels += k * blocks
+    if "glu" in unfused and glu_pass:
+        passes, k = UNFUSED_PASSES["glu"]
+        extra += passes * glu_pass
+        kernels += k
+    if "rope" in unfused and rope_bytes:
+        passes, k = UNFUSED_PASSES["rope"]
+        extra += passes * rope_bytes
+        kernels += k
+    if "bias_dropout_add" in unfused and dropout:
+        passes, k = UNFUSED_DROPOUT_ADD
+        extra += passes * hidden_pass
+        kernels += k * blocks
+    return extra, kernels
 
 
 def logits_loss_bytes(

@@ -34,6 +34,19 @@ from collections.abc import Iterable
 
 from planner.costs.flops import Gemm
 
+# Host time per framework op relative to eager PyTorch, by how the step is issued. Eager: every
+# op through Python, the dispatcher and autograd (the fitted host.op_us). Compiled: Inductor's
+# generated code launches its fused kernels without per-op dispatch; an assumption until a
+# measured eager/compiled pair of host times is calibrated (0.3 x eager per launched op).
+# CUDA graphs: the captured step is replayed, the host never binds.
+HOST_OP_FACTOR = {"eager": 1.0, "compiled": 0.3, "cuda_graphs": 0.0}
+
+
+def host_op_factor(execution: str) -> float:
+    """Host time per op relative to eager for ``execution`` (eager, compiled, cuda_graphs)."""
+    return HOST_OP_FACTOR[execution]
+
+
 # Router (logits, softmax or sigmoid, top-k, probability scatter), auxiliary load-balancing
 # loss (a handful of reductions), dispatcher metadata (per-expert counts, the device-to-host copy,
 # split sizes), permute / unpermute and the chunk sort between them: an estimate from the steps

@@ -51,7 +51,19 @@ def render_header(
     ]
     if model.moe is not None:
         rows.append(("experts", _experts_text(model, layout, training)))
+    if report.stack:
+        rows.append(("stack", _stack_text(report.stack, training)))
     console.print(_kv_table("Inputs", rows))
+
+
+def _stack_text(stack: str, training: Training) -> str:
+    """The stack and the kernel/execution choices it made (or the flags overrode)."""
+    unfused = ", ".join(training.unfused_elementwise) or "none"
+    return (
+        f"{stack}: attention {training.attention_kernel}, {training.execution} execution, "
+        f"unfused elementwise chains: {unfused}, loss {training.cross_entropy}, "
+        f"gradients reduced in {training.grad_reduce_dtype}"
+    )
 
 
 def _recompute_text(training: Training) -> str:
@@ -92,6 +104,14 @@ def render_headline(console: Console, report: StepReport, cluster: Cluster) -> N
             + ("fits" if report.fits else "does not fit"),
         ),
     ]
+    if report.peak_reserved_gib is not None:
+        rows.append(
+            (
+                "reserved per GPU",
+                f"{report.peak_reserved_gib:,.2f} GiB (caching allocator; the stack's logs "
+                f"report the {report.reported_peak} peak)",
+            )
+        )
     price = cluster.spec.price_per_gpu_hour_usd
     if price and report.tokens_per_s > 0:
         usd_per_mtok = price * report.gpus / 3600.0 / report.tokens_per_s * 1e6

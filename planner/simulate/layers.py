@@ -166,6 +166,7 @@ def _compute(
         training.precision == "fp8",
         training.dropout,
         training.act_bytes,
+        training.unfused_elementwise,
     )
     e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
     return _Compute(g_f, g_b, a_f, a_b, e_f, e_b, ex_f, ex_b, imbalance, is_moe, attention, lf, ew)

@@ -68,6 +68,7 @@ def make_context(
         training.precision,
         training.attention_kernel,
         "layernorm" if model.activation == "gelu" else "rmsnorm",
+        training.execution,
     )
     fabric = comms.make_fabric(cluster, profile)
     groups = comms.place_groups(

@@ -2,7 +2,7 @@
 
 from planner.specs.hardware import AcceleratorSpec, Cluster, ClusterSpec, PeakTflops
 from planner.specs.layout import Layout, Training
-from planner.specs.loading import load_accelerator, load_cluster, load_model
+from planner.specs.loading import load_accelerator, load_cluster, load_model, load_stack
 from planner.specs.model import MLASpec, ModelSpec, MoESpec
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "load_accelerator",
     "load_cluster",
     "load_model",
+    "load_stack",
 ]

@@ -28,6 +28,8 @@ AttentionKernel = Literal["fused", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 # How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
 CrossEntropy = Literal["fp32_copy", "in_place"]
+Execution = Literal["eager", "compiled", "cuda_graphs"]
+UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add"]
 CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
 # Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
 RecomputeModule = Literal[
@@ -170,6 +172,19 @@ class Training(_Frozen):
         le=MAX_LAYERS,
         description="layers whose activations are copied to host memory in forward and back "
         "in backward (Megatron-Core --cpu-offloading-num-layers; Transformer Engine CPU offload)",
+    )
+    unfused_elementwise: tuple[UnfusedChain, ...] = Field(
+        default=(),
+        max_length=4,
+        description="elementwise chains that run as separate eager kernels instead of one "
+        "fused kernel (each costs extra HBM passes, planner/costs/elementwise.py): norm, glu, "
+        "rope, bias_dropout_add; empty: all fused (Transformer Engine, torch.compile)",
+    )
+    execution: Execution = Field(
+        default="eager",
+        description="how the host issues the step: eager (every op from Python, the profile's "
+        "host.op_us each), compiled (torch.compile: fused kernels, 0.3 x the host time per op), "
+        "cuda_graphs (the step is replayed: no host time)",
     )
     cross_entropy: CrossEntropy = Field(
         default="fp32_copy",

@@ -8,10 +8,11 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
-from planner.resources import ACCELERATORS_DIR, CLUSTERS_DIR, MODELS_DIR, data_root
+from planner.resources import ACCELERATORS_DIR, CLUSTERS_DIR, MODELS_DIR, STACKS_DIR, data_root
 from planner.safe_io import MAX_SPEC_BYTES, MAX_SPEC_NODES, load_yaml, read_text
 from planner.specs.hardware import AcceleratorSpec, Cluster, ClusterSpec
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
 
 REPO_ROOT = data_root()  # the checkout, or planner/_data in an installed wheel
 
@@ -77,6 +78,11 @@ def _load(id_or_path: str | Path, directory: Path, cls: type[T], kind: str) -> T
 def load_model(id_or_path: str | Path) -> ModelSpec:
     """A model spec from a shipped id (``models/<id>.yaml``) or a YAML path."""
     return _load(id_or_path, MODELS_DIR, ModelSpec, "model")
+
+
+def load_stack(id_or_path: str | Path) -> StackSpec:
+    """A software stack from a shipped id (``stacks/<id>.yaml``) or a YAML path."""
+    return _load(id_or_path, STACKS_DIR, StackSpec, "stack")
 
 
 def load_accelerator(id_or_path: str | Path) -> AcceleratorSpec:

@@ -23,6 +23,7 @@ from planner.search.export import (
     parse_layout_document,
     torchtitan_toml,
 )
+from planner.specs.layout import Training
 
 BASE = [
     "search",
@@ -310,8 +311,17 @@ def test_default_schedules_leave_the_ranking_unchanged(
     golden = GOLDEN["llama3.1-8b_16"]
     assert data["space_size"] == golden["space_size"]
     assert data["infeasible"] == golden["infeasible"]
-    got = [(e["gpus"], e["layout"], e["training"]) for e in data["top"]]
-    assert got == [(e["gpus"], e["layout"], e["training"]) for e in golden["top"]]
+
+    def keyed(entry: dict[str, Any], reference: dict[str, Any]) -> tuple:
+        # fields added since the golden file was written must sit at their defaults
+        new = {k: v for k, v in entry["training"].items() if k not in reference["training"]}
+        defaults = {k: Training.model_fields[k].default for k in new}
+        assert new == json.loads(json.dumps(defaults)), new
+        training = {k: entry["training"][k] for k in reference["training"]}
+        return entry["gpus"], entry["layout"], training
+
+    got = [keyed(e, g) for e, g in zip(data["top"], golden["top"], strict=True)]
+    assert got == [(g["gpus"], g["layout"], g["training"]) for g in golden["top"]]
     for e, g in zip(data["top"], golden["top"], strict=True):
         assert e["report"]["tokens_per_s"] == pytest.approx(g["tokens_per_s"], rel=1e-9)
     # every rule's count is in the JSON, and in infeasible as before

@@ -1,0 +1,192 @@
+"""A software stack: the framework that runs a layout, as mechanisms the simulator costs.
+
+The same layout runs at different speeds and memory on Megatron-Core + Transformer Engine, on
+FSDP2 in eager PyTorch or on DeepSpeed ZeRO, for reasons that are mechanisms: which attention
+kernel runs, which elementwise chains are fused (and so how many HBM passes each costs), whether
+the host issues every kernel from Python or replays a graph, how data parallelism gathers and
+reduces, what the framework overlaps by default, and what its reported memory peak measures.
+A :class:`StackSpec` declares these; shipped stacks live in the top-level ``stacks/`` folder
+(one YAML per stack, each figure with its source) and load like models and clusters
+(``planner.load_stack``, ``--stack ID|PATH``, ``planner list stacks``).
+
+How each field enters the step (see ``planner/stacks.py``):
+
+* fields that are also a :class:`~planner.specs.layout.Training` or
+  :class:`~planner.specs.layout.Layout` input (attention kernel, which elementwise chains are
+  unfused, loss kernel, dropout, precision, gradient-reduce dtype, overlaps, pipeline
+  scatter/gather, selective-recompute modules) are the stack's defaults: a value the user sets
+  explicitly wins;
+* ``execution.mode`` is the ``Training.execution`` default (host time per op: eager 1,
+  compiled 0.3, CUDA graphs 0, planner/costs/host.py); ``memory`` turns the allocated peak into the
+  caching allocator's reserved peak, and says which one the stack's logs report;
+* ``capabilities`` are a legality check: a layout the stack cannot run is refused with the
+  stack's name and the field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from planner.specs.base import MAX_TEXT, Spec
+from planner.specs.layout import Recompute, RecomputeModule, Schedule
+
+AttentionImpl = Literal[
+    "cudnn_fused",  # Transformer Engine's cuDNN fused attention (FlashAttention-3 class on Hopper)
+    "flash3",  # FlashAttention-3 (Shah et al. 2024)
+    "flash2",  # FlashAttention-2 (Dao 2023)
+    "sdpa_flash",  # torch.nn.functional.scaled_dot_product_attention, flash backend (FA2 kernels)
+    "sdpa_mem_efficient",  # SDPA memory-efficient backend (xFormers kernels)
+    "math",  # SDPA math backend: scores materialised
+    "unfused",  # scores materialised by separate GEMM, softmax, dropout kernels (2021-era)
+]
+ExecutionMode = Literal["eager", "compiled", "cuda_graphs"]
+DataParallelImpl = Literal["megatron_ddp", "deepspeed_zero", "fsdp1", "fsdp2"]
+TpOverlap = Literal["opt_in", "with_sequence_parallel"]
+
+
+class StackKernels(Spec):
+    """Which kernels run the layer's work."""
+
+    attention: AttentionImpl = Field(description="attention implementation")
+    fused_norm: bool = Field(
+        description="LayerNorm/RMSNorm as one kernel (read + write once); unfused: the eager "
+        "chain of square, mean, rsqrt, two multiplies"
+    )
+    fused_glu: bool = Field(
+        description="gated activation (SwiGLU/GeGLU) as one kernel; unfused: act, then multiply"
+    )
+    fused_rope: bool = Field(
+        description="rotary embedding as one kernel; unfused: upcast, complex multiply, "
+        "downcast as separate kernels (torchtitan apply_rotary_emb in eager)"
+    )
+    fused_bias_dropout_add: bool = Field(
+        description="bias + dropout + residual add as one kernel (Megatron jit-fused)"
+    )
+    cross_entropy: Literal["fp32_copy", "in_place"] = Field(
+        description="loss kernel: fp32_copy materialises fp32 logits (6 B/logit), in_place is "
+        "Transformer Engine's fused online-softmax loss (2 B/logit)"
+    )
+
+
+class StackExecution(Spec):
+    """How the host issues the step's kernels."""
+
+    mode: ExecutionMode = Field(
+        description="eager: every op from Python (host time per op); compiled: torch.compile "
+        "fuses elementwise chains and issues fewer, cheaper launches; cuda_graphs: the step is "
+        "replayed, the host never binds"
+    )
+
+
+class StackDataParallel(Spec):
+    """Data parallelism as the stack implements it."""
+
+    implementation: DataParallelImpl = Field(
+        description="the data-parallel engine (its ZeRO stages are capabilities.zero_stages)"
+    )
+    grad_reduce_dtype: Literal["fp32", "bf16"] = Field(
+        description="dtype of the gradient reduction (Megatron --grad-reduce-in-bf16; FSDP2 "
+        "MixedPrecisionPolicy.reduce_dtype)"
+    )
+
+
+class StackOverlap(Spec):
+    """What the stack overlaps by default (each is a Layout input the user can override)."""
+
+    tp_comm: TpOverlap = Field(
+        description="TP communication overlap: opt_in (off unless asked) or on whenever "
+        "sequence parallelism is (NeMo tp_comm_overlap, torchtitan async TP)"
+    )
+    dp_grad_reduce: bool = Field(description="gradient reduction overlapped with backward")
+    zero3_param_gather: bool = Field(description="ZeRO-3 / FSDP all-gather prefetched")
+    pp_scatter_gather: bool = Field(
+        description="pipeline messages scattered over the TP ranks (Megatron-LM 2021 default)"
+    )
+
+
+class StackMemory(Spec):
+    """What the memory figures mean under this stack."""
+
+    reported_peak: Literal["allocated", "reserved"] = Field(
+        description="what the stack's published peak measures: the caching allocator's "
+        "allocated or reserved bytes"
+    )
+    reserved_overhead: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="reserved bytes beyond allocated, as a fraction of the allocated peak "
+        "(caching-allocator fragmentation and rounding)",
+    )
+
+
+class StackCapabilities(Spec):
+    """What the stack can run; a layout outside it is refused naming the stack and the field."""
+
+    tp: bool = Field(description="tensor parallelism")
+    sequence_parallel: bool = Field(description="Megatron sequence parallelism")
+    pp: bool = Field(description="pipeline parallelism")
+    cp: bool = Field(description="context parallelism")
+    ep: bool = Field(description="expert parallelism")
+    zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
+        min_length=1, max_length=4, description="ZeRO stages (0 none ... 3 full shard)"
+    )
+    schedules: tuple[Schedule, ...] = Field(
+        min_length=1, max_length=16, description="pipeline schedules it runs (when pp > 1)"
+    )
+    recompute: tuple[Recompute, ...] = Field(
+        min_length=1, max_length=3, description="recompute granularities"
+    )
+    fp8: bool = Field(description="FP8 training")
+
+
+class StackSpec(Spec):
+    """One training software stack (shipped under ``stacks/``)."""
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=MAX_TEXT)
+    kernels: StackKernels
+    execution: StackExecution
+    data_parallel: StackDataParallel
+    overlap: StackOverlap
+    precision: Literal["bf16", "fp16", "fp8"] = Field(
+        default="bf16",
+        description="training precision of the stack's recipes when the run does not say "
+        "(fp8: Transformer Engine or torchao Float8 GEMMs)",
+    )
+    dropout: bool = Field(
+        default=False, description="hidden and attention dropout in the stack's GPT recipes"
+    )
+    selective_recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=("core_attn",),
+        min_length=1,
+        max_length=7,
+        description="what recompute: selective re-runs when the run does not say",
+    )
+    selective_recompute_modules_mla: tuple[RecomputeModule, ...] | None = Field(
+        default=None,
+        max_length=7,
+        description="the same for MLA models, where the stack's recipes differ (None: as above)",
+    )
+    memory: StackMemory
+    capabilities: StackCapabilities
+    sources: tuple[str, ...] = Field(
+        min_length=1,
+        max_length=64,
+        description="where each figure was read (framework source file and flag, docs, paper)",
+    )
+
+
+__all__ = [
+    "AttentionImpl",
+    "DataParallelImpl",
+    "ExecutionMode",
+    "StackCapabilities",
+    "StackDataParallel",
+    "StackExecution",
+    "StackKernels",
+    "StackMemory",
+    "StackOverlap",
+    "StackSpec",
+]

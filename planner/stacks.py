@@ -1,0 +1,202 @@
+"""A software stack applied to one step: its defaults, its capabilities, its host cost.
+
+A :class:`~planner.specs.stack.StackSpec` enters a simulation in three ways:
+
+* :func:`apply_stack` fills every Layout / Training field the caller left unset with the
+  stack's value (pydantic's ``model_fields_set`` says what was set): attention kernel, unfused
+  elementwise chains, loss kernel, dropout, precision, gradient-reduce dtype, overlaps,
+  pipeline scatter/gather, selective-recompute modules;
+* :func:`stack_violation` refuses what the stack cannot run (a parallelism, ZeRO stage,
+  schedule, recompute granularity or fp8), naming the stack and the field;
+* the execution mode (eager, compiled, CUDA graphs) is the ``Training.execution`` default,
+  which scales the host time per framework op (:func:`planner.costs.host.host_op_factor`).
+
+``DEFAULT_STACK`` is the stack a command uses when none is given: Megatron-Core with
+Transformer Engine, whose defaults are the planner's field defaults, so a prediction without
+``--stack`` is the one this planner has always made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.errors import PlannerError
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+from planner.specs.stack import AttentionImpl, StackSpec
+
+DEFAULT_STACK = "megatron-core"
+
+# the Layout / Training fields a stack sets when the caller leaves them unset
+STACK_LAYOUT_FIELDS = (
+    "overlap_tp_comm",
+    "overlap_dp_grad_reduce",
+    "overlap_zero3_param_gather",
+    "pp_scatter_gather",
+)
+STACK_TRAINING_FIELDS = (
+    "attention_kernel",
+    "unfused_elementwise",
+    "cross_entropy",
+    "dropout",
+    "precision",
+    "grad_reduce_dtype",
+    "execution",
+    "recompute_modules",
+)
+
+# the stack's attention implementation as the planner's attention-kernel model
+ATTENTION_KERNEL: dict[AttentionImpl, str] = {
+    "cudnn_fused": "fused",
+    "flash3": "fused",
+    "flash2": "flash2",
+    "sdpa_flash": "flash2",  # SDPA's flash backend runs FlashAttention-2 kernels
+    "sdpa_mem_efficient": "flash2",  # tiled, scores never materialised: the flash2 curve
+    "math": "unfused",
+    "unfused": "unfused",
+}
+
+
+def unfused_chains(stack: StackSpec) -> tuple[str, ...]:
+    """The elementwise chains the stack runs as separate kernels (Training order)."""
+    k = stack.kernels
+    flags = (
+        ("norm", k.fused_norm),
+        ("glu", k.fused_glu),
+        ("rope", k.fused_rope),
+        ("bias_dropout_add", k.fused_bias_dropout_add),
+    )
+    return tuple(name for name, fused in flags if not fused)
+
+
+def training_defaults(stack: StackSpec, model: ModelSpec, training: Training) -> dict[str, Any]:
+    """Training fields the stack sets, for ``training`` (recompute modules only apply to
+    selective recompute)."""
+    out: dict[str, Any] = {
+        "attention_kernel": ATTENTION_KERNEL[stack.kernels.attention],
+        "unfused_elementwise": unfused_chains(stack),
+        "cross_entropy": stack.kernels.cross_entropy,
+        "dropout": stack.dropout,
+        "precision": stack.precision,
+        "grad_reduce_dtype": stack.data_parallel.grad_reduce_dtype,
+        "execution": stack.execution.mode,
+    }
+    if training.recompute == "selective":
+        mla_modules = stack.selective_recompute_modules_mla
+        modules = mla_modules if model.mla is not None and mla_modules else None
+        out["recompute_modules"] = modules or stack.selective_recompute_modules
+    return out
+
+
+def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
+    """Layout fields the stack sets: its overlaps and pipeline scatter/gather."""
+    o = stack.overlap
+    tp_overlap = o.tp_comm == "with_sequence_parallel" and layout.sequence_parallel
+    return {
+        "overlap_tp_comm": tp_overlap and layout.tp > 1,
+        "overlap_dp_grad_reduce": o.dp_grad_reduce,
+        "overlap_zero3_param_gather": o.zero3_param_gather,
+        "pp_scatter_gather": o.pp_scatter_gather and layout.pp > 1,
+    }
+
+
+def _unset(spec: Layout | Training, values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in spec.model_fields_set}
+
+
+def apply_stack(
+    stack: StackSpec, model: ModelSpec, layout: Layout, training: Training
+) -> tuple[Layout, Training]:
+    """``layout`` and ``training`` with every field the caller did not set taken from the
+    stack (a field set explicitly, even to the planner's default, is kept)."""
+    t_update = _unset(training, training_defaults(stack, model, training))
+    l_update = _unset(layout, layout_defaults(stack, layout))
+    try:
+        new_training = type(training).model_validate(training.model_dump() | t_update)
+        new_layout = type(layout).model_validate(layout.model_dump() | l_update)
+    except ValueError as exc:
+        raise PlannerError(
+            "stack", f"{stack.name}: its defaults do not apply ({str(exc).splitlines()[0]})"
+        ) from None
+    # the stack's values count as set, so applying the stack again changes nothing
+    fields_t = training.model_fields_set | set(t_update)
+    fields_l = layout.model_fields_set | set(l_update)
+    object.__setattr__(new_training, "__pydantic_fields_set__", fields_t)
+    object.__setattr__(new_layout, "__pydantic_fields_set__", fields_l)
+    return new_layout, new_training
+
+
+def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> PlannerError | None:
+    """What ``stack`` cannot run of this layout, as the error to raise (None: it can)."""
+    c = stack.capabilities
+    checks = (
+        ("layout.tp", layout.tp > 1 and not c.tp, f"tp={layout.tp}", "tp=1"),
+        (
+            "layout.sequence_parallel",
+            layout.sequence_parallel and not c.sequence_parallel,
+            "sequence parallelism",
+            "sequence_parallel off",
+        ),
+        ("layout.pp", layout.pp > 1 and not c.pp, f"pp={layout.pp}", "pp=1"),
+        ("layout.cp", layout.cp > 1 and not c.cp, f"cp={layout.cp}", "cp=1"),
+        ("layout.ep", layout.ep > 1 and not c.ep, f"ep={layout.ep}", "ep=1"),
+        (
+            "layout.zero",
+            layout.zero not in c.zero_stages,
+            f"ZeRO stage {layout.zero}",
+            "zero " + " / ".join(map(str, c.zero_stages)),
+        ),
+        (
+            "training.recompute",
+            training.recompute not in c.recompute,
+            f"recompute {training.recompute}",
+            "recompute " + " / ".join(c.recompute),
+        ),
+        ("training.precision", training.precision == "fp8" and not c.fp8, "fp8", "bf16, fp16"),
+    )
+    for field, broken, what, valid in checks:
+        if broken:
+            return PlannerError(field, f"stack {stack.name!r} cannot run {what}", valid)
+    if layout.pp > 1:
+        from planner.schedules import default_schedule_name
+
+        schedule = layout.schedule or default_schedule_name(layout.vpp)
+        if schedule not in c.schedules:
+            from planner.schedules import SCHEDULES
+
+            hint = ""
+            if SCHEDULES[schedule].torchtitan:
+                hint = "; torch.distributed.pipelining runs it: --stack torchtitan-eager"
+            return PlannerError(
+                "layout.schedule",
+                f"stack {stack.name!r} cannot run the {schedule} pipeline schedule",
+                ", ".join(c.schedules) + hint,
+            )
+    return None
+
+
+def check_stack(stack: StackSpec, layout: Layout, training: Training) -> None:
+    """Raise :func:`stack_violation`'s error, if any."""
+    err = stack_violation(stack, layout, training)
+    if err is not None:
+        raise err
+
+
+def reserved_peak_gib(stack: StackSpec, allocated_gib: float) -> float:
+    """The caching allocator's reserved peak for an allocated peak, GiB."""
+    return allocated_gib * (1.0 + stack.memory.reserved_overhead)
+
+
+__all__ = [
+    "ATTENTION_KERNEL",
+    "DEFAULT_STACK",
+    "STACK_LAYOUT_FIELDS",
+    "STACK_TRAINING_FIELDS",
+    "apply_stack",
+    "check_stack",
+    "layout_defaults",
+    "reserved_peak_gib",
+    "stack_violation",
+    "training_defaults",
+    "unfused_chains",
+]
