@@ -141,6 +141,12 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
         ("layout.cp", layout.cp > 1 and not c.cp, f"cp={layout.cp}", "cp=1"),
         ("layout.ep", layout.ep > 1 and not c.ep, f"ep={layout.ep}", "ep=1"),
         (
+            "layout.overlap_tp_comm",
+            layout.overlap_tp_comm and not c.tp_comm_overlap,
+            "TP communication overlap",
+            "overlap_tp_comm off",
+        ),
+        (
             "layout.zero",
             layout.zero not in c.zero_stages,
             f"ZeRO stage {layout.zero}",

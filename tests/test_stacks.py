@@ -214,3 +214,17 @@ def test_every_stack_on_random_legal_layouts_is_finite() -> None:
         assert all(math.isfinite(x) and x >= 0 for x in figures), (stack.name, layout)
         checked += 1
     assert checked > 100
+
+
+def test_search_under_a_stack_searches_only_what_it_runs() -> None:
+    from planner.search import search
+
+    stack = planner.load_stack("torchtitan-compiled")
+    result = search(MODEL, CLUSTER, 16, 64, seq_len=2048, stack=stack, method="exhaustive")
+    top = result.top(20)
+    assert top and all(e.layout.zero in (0, 2, 3) for e in top)
+    assert all(e.report.stack == "torchtitan-compiled" for e in top)
+    assert any("torchtitan-compiled" in n for n in result.notes)
+    ds = planner.load_stack("deepspeed-zero")
+    found = search(MODEL, CLUSTER, 16, 64, seq_len=2048, stack=ds, method="exhaustive")
+    assert found.ranked and all(e.layout.tp == 1 and e.layout.pp == 1 for e in found.ranked)

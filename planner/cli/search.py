@@ -67,12 +67,25 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
     p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
-    p.add_argument("--precision", choices=_choices("precision"), default="bf16")
+    p.add_argument(
+        "--precision",
+        choices=_choices("precision"),
+        default=None,
+        help="training precision (default: the --stack's, else bf16)",
+    )
     p.add_argument(
         "--cross-entropy",
         choices=_choices("cross_entropy"),
-        default="fp32_copy",
-        help="loss kernel of every candidate (see planner simulate --help)",
+        default=None,
+        help="loss kernel of every candidate (see planner simulate --help; default: the "
+        "--stack's, else fp32_copy)",
+    )
+    p.add_argument(
+        "--stack",
+        default=None,
+        help="software stack (planner list stacks): search only what it runs, each candidate "
+        "with its kernels, overlaps and execution (default: none, every layout the planner "
+        "models with the planner's defaults, which are megatron-core's)",
     )
     p.add_argument(
         "--objective",
@@ -275,6 +288,7 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 seq_len=args.seq_len,
                 precision=args.precision,
                 cross_entropy=args.cross_entropy,
+                stack=planner.load_stack(args.stack) if args.stack else None,
                 objective=args.objective,
                 tokens=args.tokens,
                 method=args.method,

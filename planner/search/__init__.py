@@ -32,10 +32,12 @@ from planner.search.space import (
     default_space,
     legal_layouts,
     parse_schedules,
+    stack_space,
 )
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Training
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
 
 # exhaustive when the space holds at most this many candidates (~10-20 s at ~15k evals/s)
 AUTO_EXHAUSTIVE_LIMIT = 200_000
@@ -83,8 +85,8 @@ def search(
     gpus: int | Sequence[int],
     global_batch: int,
     seq_len: int = 4096,
-    precision: str = "bf16",
-    cross_entropy: str = "fp32_copy",
+    precision: str | None = "bf16",
+    cross_entropy: str | None = "fp32_copy",
     objective: Objective = "tokens_per_s",
     tokens: float | None = None,
     method: str = "auto",
@@ -101,6 +103,7 @@ def search(
     progress: Callable[[int, int], None] | None = None,
     time_budget_s: float | None = None,
     schedules: Sequence[str] | None = None,
+    stack: StackSpec | None = None,
 ) -> SearchResult:
     """Find the best legal layout of ``model`` on ``cluster`` for ``objective``.
 
@@ -114,6 +117,10 @@ def search(
     ``search.time_budget_s`` (finished trials stay in ``storage``). ``schedules``: the pipeline
     schedules paired with each vpp when pp > 1 (``SearchSpace.schedules``; default: those
     Megatron-LM runs, 1f1b and interleaved; ``tuple(planner.schedules.SCHEDULES)``: all).
+    ``stack``: the software stack every candidate runs under: the space keeps only what it can
+    run (:func:`~planner.search.space.stack_space`) and each candidate gets its defaults for the
+    fields the search does not set (``precision`` / ``cross_entropy`` None: the stack's, else
+    bf16 / fp32_copy).
     """
     deadline = Deadline(time_budget_s)
     counts = _check_arguments(method, gpus, global_batch, seq_len)
@@ -121,12 +128,10 @@ def search(
 
     prof = profile or default_profile(cluster)
     training = _search_training(seq_len, global_batch, precision, cross_entropy)
-    space = space or default_space(model, cluster, counts, seq_len)
-    if schedules is not None:
-        space = replace(space, schedules=check_schedules(schedules))
-    evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens)
+    space = _search_space(space or default_space(model, cluster, counts, seq_len), schedules, stack)
+    evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens, stack=stack)
     start = time.perf_counter()
-    notes: list[str] = []
+    notes = _stack_notes(stack)
     method, size = _choose_method(method, evaluator, training, space, deadline, notes)
     space.rejected.clear()
     if method == "exhaustive":
@@ -155,6 +160,22 @@ def search(
     return _result(method, ranked, evaluator, space, start, size, notes, pareto)
 
 
+def _stack_notes(stack: StackSpec | None) -> list[str]:
+    """The search's opening notes: which stack it runs under, if any."""
+    if stack is None:
+        return []
+    return [f"stack {stack.name}: only what it runs, with its kernels and execution"]
+
+
+def _search_space(
+    space: SearchSpace, schedules: Sequence[str] | None, stack: StackSpec | None
+) -> SearchSpace:
+    """``space`` with the requested schedules, then only what ``stack`` runs."""
+    if schedules is not None:
+        space = replace(space, schedules=check_schedules(schedules))
+    return stack_space(space, stack) if stack is not None else space
+
+
 def _check_arguments(
     method: str, gpus: int | Sequence[int], global_batch: int, seq_len: int
 ) -> tuple[int, ...]:
@@ -173,15 +194,16 @@ def _check_arguments(
 
 
 def _search_training(
-    seq_len: int, global_batch: int, precision: str, cross_entropy: str
+    seq_len: int, global_batch: int, precision: str | None, cross_entropy: str | None
 ) -> Training:
-    """The searched Training settings; pydantic's rejection as a PlannerError on ``training``."""
+    """The searched Training settings (None: left unset, for a stack to fill); pydantic's
+    rejection as a PlannerError on ``training``."""
+    given = {"precision": precision, "cross_entropy": cross_entropy}
     try:
         return Training(
             seq_len=seq_len,
             global_batch=global_batch,
-            precision=precision,
-            cross_entropy=cross_entropy,
+            **{k: v for k, v in given.items() if v is not None},
         )
     except ValidationError as exc:
         raise pydantic_error_to_planner(exc, "training") from None

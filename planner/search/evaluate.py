@@ -14,6 +14,7 @@ from planner.simulate import simulate_step
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
 
 Objective = Literal["tokens_per_s", "cost", "time_to_train"]
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
@@ -66,6 +67,7 @@ class Evaluator:
     cache: dict = field(default_factory=dict)
     infeasible: Counter = field(default_factory=Counter)
     simulated: int = 0
+    stack: StackSpec | None = None  # the software stack every candidate runs under
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -99,8 +101,9 @@ class Evaluator:
             return self.cache[key]
         self.simulated += 1
         try:
+            under = {"stack": self.stack} if self.stack is not None else {}
             report = simulate_step(
-                self.model, self.cluster, layout, training, self.profile, check=False
+                self.model, self.cluster, layout, training, self.profile, check=False, **under
             )
         except PlannerError as exc:
             return self._reject(key, f"simulator refused ({exc.field})")

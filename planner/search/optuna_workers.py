@@ -41,10 +41,11 @@ from planner.search.optuna_storage import (
     open_study,
     storage_spec,
 )
-from planner.search.space import SearchSpace, default_space
+from planner.search.space import SearchSpace, default_space, stack_space
 from planner.specs.hardware import Cluster
 from planner.specs.layout import CROSS_ENTROPY_KINDS, Training
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
 
 # ---- workers ----------------------------------------------------------------------------------
 
@@ -67,6 +68,7 @@ class WorkerConfig:
     trials: int
     seed: int | None
     rank: int
+    stack: dict[str, Any] | None = None  # StackSpec fields; None: candidates as given
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ def run_worker(cfg: WorkerConfig) -> int:
     space = SearchSpace(**cfg.space)
     objective: Objective = cfg.objective  # type: ignore[assignment]
     evaluator = Evaluator(model, cluster, profile, objective, cfg.memory_headroom, cfg.tokens)
+    evaluator.stack = StackSpec.model_validate(cfg.stack) if cfg.stack else None
     enc = Encoding(legal_structures(model, cluster, training, space), space)
     storage = open_storage(cfg.storage)
     if storage is None:
@@ -181,9 +184,10 @@ def spawn_workers(
         "model": evaluator.model.model_dump(),
         "cluster": evaluator.cluster.model_dump(),
         "profile": evaluator.profile.model_dump(),
-        "training": training.model_dump(),
+        "training": training.model_dump(include=training.model_fields_set),
         "space": space_axes(space),
         "objective": evaluator.objective,
+        "stack": evaluator.stack.model_dump() if evaluator.stack else None,
         "memory_headroom": evaluator.memory_headroom,
         "tokens": evaluator.tokens,
         "sampler": sampler,
@@ -229,8 +233,11 @@ def _parser() -> _OneLineParser:
     ap.add_argument("--gpus", required=True, help="GPU count(s), comma separated")
     ap.add_argument("--global-batch", type=int, required=True)
     ap.add_argument("--seq-len", type=int, default=4096)
-    ap.add_argument("--precision", default="bf16")
-    ap.add_argument("--cross-entropy", default="fp32_copy", choices=CROSS_ENTROPY_KINDS)
+    ap.add_argument("--precision", default=None, help="default: the --stack's, else bf16")
+    ap.add_argument(
+        "--stack", default=None, help="as planner search --stack; must match the study's"
+    )
+    ap.add_argument("--cross-entropy", default=None, choices=CROSS_ENTROPY_KINDS)
     ap.add_argument("--objective", default="tokens_per_s", choices=OBJECTIVES)
     ap.add_argument("--tokens", type=float, default=None)
     ap.add_argument("--memory-headroom", type=float, default=0.0)
@@ -256,12 +263,12 @@ def _worker_config(a: argparse.Namespace) -> WorkerConfig:
     check_seed(a.seed, 1)
     model, cluster = planner.load_model(a.model), planner.load_cluster(a.cluster)
     gpus = _gpu_list(a.gpus)
+    given = {"precision": a.precision, "cross_entropy": a.cross_entropy}
     try:
         training = Training(
             seq_len=a.seq_len,
             global_batch=a.global_batch,
-            precision=a.precision,
-            cross_entropy=a.cross_entropy,
+            **{k: v for k, v in given.items() if v is not None},
         )
     except ValidationError as exc:
         raise pydantic_error_to_planner(exc, "training") from None
@@ -269,6 +276,9 @@ def _worker_config(a: argparse.Namespace) -> WorkerConfig:
     from planner.search import parse_schedules  # lazy: the package imports this module
 
     space = dataclasses.replace(space, schedules=parse_schedules(a.schedules))
+    stack = planner.load_stack(a.stack) if a.stack else None
+    if stack is not None:
+        space = stack_space(space, stack)
     spec = storage_spec(a.storage)
     if spec[0] == "memory":  # pragma: no cover - storage_spec never returns it for a string
         raise PlannerError("storage", "a worker needs a shared storage", "a file or URL")
@@ -276,9 +286,10 @@ def _worker_config(a: argparse.Namespace) -> WorkerConfig:
         model=model.model_dump(),
         cluster=cluster.model_dump(),
         profile=planner.default_profile(cluster).model_dump(),
-        training=training.model_dump(),
+        training=training.model_dump(include=training.model_fields_set),
         space=space_axes(space),
         objective=a.objective,
+        stack=stack.model_dump() if stack else None,
         memory_headroom=a.memory_headroom,
         tokens=a.tokens,
         sampler=a.sampler,

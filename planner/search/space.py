@@ -32,6 +32,7 @@ from planner.search.budget import NO_DEADLINE, Deadline
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
 
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 # the schedules Megatron-LM runs (each schedule object knows): the default search knob
@@ -165,6 +166,38 @@ class SearchSpace:
                 self.overlap_ep_comm,
             )
         ]
+
+
+def stack_space(space: SearchSpace, stack: StackSpec) -> SearchSpace:
+    """``space`` without what ``stack`` cannot run (its ``capabilities``): a parallelism it
+    lacks is held at 1, ZeRO stages, recompute granularities and schedules are intersected with
+    its own, and TP overlap is only tried where the stack offers it. An axis left empty is a
+    PlannerError naming the stack."""
+    c = stack.capabilities
+
+    def keep(values: tuple, allowed: tuple, field_name: str) -> tuple:
+        kept = tuple(v for v in values if v in allowed)
+        if not kept:
+            raise PlannerError(
+                f"search.{field_name}",
+                f"stack {stack.name!r} runs none of {', '.join(map(str, values))}",
+                ", ".join(map(str, allowed)),
+            )
+        return kept
+
+    one = (1,)
+    return replace(
+        space,
+        tp=space.tp if c.tp else one,
+        pp=space.pp if c.pp else one,
+        cp=space.cp if c.cp else one,
+        ep=space.ep if c.ep else one,
+        zero=keep(space.zero, c.zero_stages, "zero"),
+        recompute=keep(space.recompute, c.recompute, "recompute"),
+        schedules=keep(space.schedules, c.schedules, "schedules"),
+        sequence_parallel=space.sequence_parallel if c.sequence_parallel else (False,),
+        overlap_tp_comm=space.overlap_tp_comm if c.tp_comm_overlap else (False,),
+    )
 
 
 def default_space(

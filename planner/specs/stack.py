@@ -129,6 +129,10 @@ class StackCapabilities(Spec):
     pp: bool = Field(description="pipeline parallelism")
     cp: bool = Field(description="context parallelism")
     ep: bool = Field(description="expert parallelism")
+    tp_comm_overlap: bool = Field(
+        description="TP communication overlapped with compute at all (TE userbuffers, "
+        "async TP); False: the layout's overlap_tp_comm is refused"
+    )
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         min_length=1, max_length=4, description="ZeRO stages (0 none ... 3 full shard)"
     )
