@@ -54,6 +54,7 @@ from planner.specs.loading import (
     shipped_ids,
 )
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_FILE = shipped_cases()["public"]  # calibration/validation/, in the wheel too
@@ -260,12 +261,19 @@ def _simulate(
     training: Training,
     prof_key: str,
     _profile: CalibrationProfile,
+    stack: StackSpec | None = None,
 ) -> StepReport:
     """The cached simulation (``prof_key`` stands for the unhashed ``_profile``)."""
     # the page chose the profile through active_profile / use_profile, which apply
     # check_profile_device and the user's "another accelerator" choice
     return planner.simulate(
-        model, cluster, layout, training, profile=_profile, profile_for_any_device=True
+        model,
+        cluster,
+        layout,
+        training,
+        profile=_profile,
+        profile_for_any_device=True,
+        stack=stack,
     )
 
 
@@ -275,11 +283,13 @@ def simulate(
     layout: Layout,
     training: Training,
     profile: CalibrationProfile,
+    stack: StackSpec | None = None,
 ) -> StepReport:
     """``planner.simulate`` behind ``st.cache_data`` keyed by the frozen specs and the
-    profile's fingerprint; raises PlannerError for an illegal layout or a report whose figures
-    are not finite (:func:`check_report`)."""
-    return check_report(_simulate(model, cluster, layout, training, profile_key(profile), profile))
+    profile's fingerprint (under ``stack`` when given); raises PlannerError for an illegal
+    layout or a report whose figures are not finite (:func:`check_report`)."""
+    key = profile_key(profile)
+    return check_report(_simulate(model, cluster, layout, training, key, profile, stack))
 
 
 _HEADLINE = (

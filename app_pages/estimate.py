@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import streamlit as st
 from pydantic import ValidationError
 
-from app_pages import charts
+from app_pages import charts, stacks
 from app_pages import common as c
 from app_pages import estimate_extras as extras
 from planner.divisors import divisors
@@ -320,6 +320,7 @@ def body() -> None:
             f"TFLOP/s bf16, {cluster.accelerator.hbm_usable_gib:.1f} GiB usable HBM; "
             f"scale-up domain {cluster.spec.scale_up_domain_gpus} GPUs."
         )
+    stack = stacks.stack_selector()
     st.subheader("Layout")
     gpus, values, cuda_graphs = extras.spec_inputs()
     if model is None:
@@ -364,9 +365,19 @@ def body() -> None:
     profile = c.profile_for(cluster)
     if cuda_graphs:
         profile = profile.with_host_op_us(0.0)
-    report = c.simulate(model, cluster, layout, training, profile)
+    try:
+        report = c.simulate(model, cluster, layout, training, profile, stack)
+    except PlannerError as exc:
+        st.error(c.one_line(exc))
+        return
     show_report(model, cluster, layout, report)
     st.caption(c.profile_caption(cluster, profile))
+    st.caption(
+        f"Stack {report.stack}: reserved peak {c.fmt_gib(report.peak_reserved_gib or 0.0)} "
+        f"(caching allocator, {c.fmt_gib(report.peak_memory_gib)} allocated); its logs report "
+        f"the {report.reported_peak} peak."
+    )
+    stacks.compare_section(model, cluster, layout, training, profile)
     extras.goodput_section(model, cluster, layout, training, report)
     extras.levers_section(model, cluster, layout, training, profile, report)
 

@@ -69,9 +69,11 @@ def unfused_chains(stack: StackSpec) -> tuple[str, ...]:
     return tuple(name for name, fused in flags if not fused)
 
 
-def training_defaults(stack: StackSpec, model: ModelSpec, training: Training) -> dict[str, Any]:
+def training_defaults(
+    stack: StackSpec, model: ModelSpec | None, training: Training
+) -> dict[str, Any]:
     """Training fields the stack sets, for ``training`` (recompute modules only apply to
-    selective recompute)."""
+    selective recompute; ``model`` None: not an MLA model)."""
     out: dict[str, Any] = {
         "attention_kernel": ATTENTION_KERNEL[stack.kernels.attention],
         "unfused_elementwise": unfused_chains(stack),
@@ -83,7 +85,8 @@ def training_defaults(stack: StackSpec, model: ModelSpec, training: Training) ->
     }
     if training.recompute == "selective":
         mla_modules = stack.selective_recompute_modules_mla
-        modules = mla_modules if model.mla is not None and mla_modules else None
+        mla = model is not None and model.mla is not None
+        modules = mla_modules if mla and mla_modules else None
         out["recompute_modules"] = modules or stack.selective_recompute_modules
     return out
 

@@ -14,6 +14,9 @@ pytest.importorskip("plotly")
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from planner.resources import STACKS_DIR  # noqa: E402
+from planner.specs.loading import shipped_ids  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 PAGES = (
@@ -599,3 +602,23 @@ def test_estimate_deep_pipeline_is_not_drawn() -> None:
     assert _metric(at, "Tokens/s")
     assert len(at.get("plotly_chart")) == 2
     assert any("timeline not drawn" in i.value for i in at.info)
+
+
+def test_stack_selector_sets_inputs_and_the_comparison_runs_every_stack() -> None:
+    at = _app("app_pages/estimate.py")
+    _ok(at)
+    assert at.selectbox(key="est_stack").value == "megatron-core"
+    at.selectbox(key="est_stack").set_value("torchtitan-eager").run()
+    _ok(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.session_state["est_execution"] == "eager"
+    assert "norm" in at.session_state["est_unfused_elementwise"]
+    assert at.session_state["est_zero"] in (0, 2, 3)  # moved inside what the stack runs
+    assert any("Stack torchtitan-eager: reserved peak" in c.value for c in at.caption)
+    at.session_state["est_stacks_open"] = True
+    at.run()
+    _ok(at)
+    (table,) = (d.value for d in at.dataframe if "stack" in d.value.columns)
+    refused = [c.value for c in at.caption if "cannot run this layout" in c.value]
+    assert len(table) + len(refused) == len(shipped_ids(STACKS_DIR))
+    assert (table["reserved GiB"] >= table["memory GiB"]).all()
