@@ -24,6 +24,17 @@ STACKS = shipped_ids(STACKS_DIR)
 MODEL = planner.load_model("llama3.1-8b")
 CLUSTER = planner.load_cluster("dgx-h100")
 TRAIN = Training(seq_len=4096, global_batch=64, micro_batch=1)
+SIMULATE_8B = [
+    "simulate",
+    "--model",
+    "llama3.1-8b",
+    "--cluster",
+    "dgx-h100",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "64",
+]
 
 
 def _tokens(stack: str, layout: Layout, training: Training = TRAIN) -> float:
@@ -119,17 +130,7 @@ def test_what_a_stack_cannot_run_is_refused_by_name(stack, layout, field) -> Non
 
 
 def test_cli_stack_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    base = [
-        "simulate",
-        "--model",
-        "llama3.1-8b",
-        "--cluster",
-        "dgx-h100",
-        "--gpus",
-        "8",
-        "--global-batch",
-        "64",
-    ]
+    base = SIMULATE_8B
     assert main([*base, "--stack", "no-such-stack"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "torchtitan-eager" in err
@@ -139,23 +140,7 @@ def test_cli_stack_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_cli_turns_a_stack_default_off(capsys: pytest.CaptureFixture[str]) -> None:
-    base = [
-        "simulate",
-        "--model",
-        "llama3.1-8b",
-        "--cluster",
-        "dgx-h100",
-        "--gpus",
-        "8",
-        "--global-batch",
-        "64",
-        "--tp",
-        "2",
-        "--sequence-parallel",
-        "--stack",
-        "nemo",
-        "--json",
-    ]
+    base = [*SIMULATE_8B, "--tp", "2", "--sequence-parallel", "--stack", "nemo", "--json"]
     import json
 
     assert main(base) == 0

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from planner.costs.gemm import Gemm
+from planner.costs.gemm import Gemm, tokens_per_gpu
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -100,3 +100,23 @@ def chunked_scan_flops(
     ``tp``."""
     q, n, p = chunk, state, head_dim
     return tokens * heads / tp * (2.0 * q * (n + p) + 4.0 * n * p)
+
+
+class ScanMixerCosts(MixerCosts):
+    """A mixer whose core is a chunked scan (Mamba-2, linear attention): hardware and MFU
+    convention count the same FLOPs, forward + backward = 3 x forward."""
+
+    @abstractmethod
+    def scan_flops(self, model: ModelSpec, mixer: Any, tp: int, tokens: float) -> float:
+        """Forward FLOPs of the scan on one GPU for ``tokens`` tokens, heads split over tp."""
+
+    def core_flops(
+        self, model: ModelSpec, mixer: Any, layout: Layout, training: Training
+    ) -> tuple[float, float]:
+        flops = self.scan_flops(model, mixer, layout.tp, tokens_per_gpu(layout, training))
+        return flops, flops
+
+    def model_core_flops_per_token(
+        self, model: ModelSpec, mixer: Any, seq_len: int, layers: int = 1
+    ) -> float:
+        return layers * 3.0 * self.scan_flops(model, mixer, 1, 1.0)

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from planner.costs.blocks.base import (
     MixerActivations,
-    MixerCosts,
     MixerElementwise,
+    ScanMixerCosts,
     chunked_scan_flops,
 )
-from planner.costs.gemm import Gemm, tokens_per_gpu
+from planner.costs.gemm import Gemm
 from planner.specs.blocks import LinearAttentionMixer
-from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 
@@ -28,7 +27,7 @@ def scan_flops(model: ModelSpec, m: LinearAttentionMixer, tp: int, tokens: float
     return chunked_scan_flops(tokens, heads, tp, m.chunk, p, p)
 
 
-class LinearAttentionCosts(MixerCosts):
+class LinearAttentionCosts(ScanMixerCosts):
     """A linear-attention block's costs."""
 
     kind = "linear_attention"
@@ -42,16 +41,10 @@ class LinearAttentionCosts(MixerCosts):
             Gemm("lin_out", tokens, model.hidden, heads * d / tp),
         ]
 
-    def core_flops(
-        self, model: ModelSpec, mixer: LinearAttentionMixer, layout: Layout, training: Training
-    ) -> tuple[float, float]:
-        flops = scan_flops(model, mixer, layout.tp, tokens_per_gpu(layout, training))
-        return flops, flops
-
-    def model_core_flops_per_token(
-        self, model: ModelSpec, mixer: LinearAttentionMixer, seq_len: int, layers: int = 1
+    def scan_flops(
+        self, model: ModelSpec, mixer: LinearAttentionMixer, tp: int, tokens: float
     ) -> float:
-        return layers * 3.0 * scan_flops(model, mixer, 1, 1.0)
+        return scan_flops(model, mixer, tp, tokens)
 
     def elementwise(
         self,

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from planner.costs.blocks.base import (
     MixerActivations,
-    MixerCosts,
     MixerElementwise,
+    ScanMixerCosts,
     chunked_scan_flops,
 )
-from planner.costs.gemm import Gemm, tokens_per_gpu
+from planner.costs.gemm import Gemm
 from planner.specs.blocks import Mamba2Mixer
-from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 
@@ -30,7 +29,7 @@ def scan_flops(model: ModelSpec, m: Mamba2Mixer, tp: int, tokens: float) -> floa
     return chunked_scan_flops(tokens, nheads, tp, m.chunk, m.d_state, m.head_dim)
 
 
-class Mamba2Costs(MixerCosts):
+class Mamba2Costs(ScanMixerCosts):
     """A Mamba-2 block's costs."""
 
     kind = "mamba2"
@@ -42,16 +41,8 @@ class Mamba2Costs(MixerCosts):
             Gemm("ssm_out_proj", tokens, model.hidden, d_in / tp),
         ]
 
-    def core_flops(
-        self, model: ModelSpec, mixer: Mamba2Mixer, layout: Layout, training: Training
-    ) -> tuple[float, float]:
-        flops = scan_flops(model, mixer, layout.tp, tokens_per_gpu(layout, training))
-        return flops, flops
-
-    def model_core_flops_per_token(
-        self, model: ModelSpec, mixer: Mamba2Mixer, seq_len: int, layers: int = 1
-    ) -> float:
-        return layers * 3.0 * scan_flops(model, mixer, 1, 1.0)
+    def scan_flops(self, model: ModelSpec, mixer: Mamba2Mixer, tp: int, tokens: float) -> float:
+        return scan_flops(model, mixer, tp, tokens)
 
     def elementwise(
         self, model: ModelSpec, mixer: Mamba2Mixer, tp: int, tokens: float, act_bytes: float
