@@ -37,13 +37,7 @@ from planner.errors import PlannerError
 from planner.profile import CalibrationProfile, check_profile_device
 from planner.report import StepReport
 from planner.resources import shipped_cases
-from planner.safe_io import (
-    MAX_CASES_BYTES,
-    MAX_SPEC_NODES,
-    decode_text,
-    load_json,
-    load_yaml,
-)
+from planner.safe_io import MAX_CASES_BYTES, MAX_SPEC_NODES, decode_text, load_json, load_yaml
 from planner.search import SearchResult, SearchSpace, default_space
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -266,15 +260,8 @@ def _simulate(
     """The cached simulation (``prof_key`` stands for the unhashed ``_profile``)."""
     # the page chose the profile through active_profile / use_profile, which apply
     # check_profile_device and the user's "another accelerator" choice
-    return planner.simulate(
-        model,
-        cluster,
-        layout,
-        training,
-        profile=_profile,
-        profile_for_any_device=True,
-        stack=stack,
-    )
+    kwargs = {"profile": _profile, "profile_for_any_device": True, "stack": stack}
+    return planner.simulate(model, cluster, layout, training, **kwargs)
 
 
 def simulate(
