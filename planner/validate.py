@@ -26,6 +26,7 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import load_cluster, read_yaml_file
 from planner.specs.model import ModelSpec
+from planner.unknowns import tuned_prediction
 
 _Strict = Spec
 
@@ -279,6 +280,8 @@ def run_case(raw: Any, profile_for: Any) -> dict:
         model, cl, layout, training, notes = case_inputs(case)
         profile = profile_for(cl)
         rep = simulate_step(model, cl, layout, training, profile)
+        if case.training.micro_batch is None:
+            rep = _tuned_over_unknowns(model, cl, layout, training, profile, rep, notes, out)
         if not rep.fits and not recompute_stated(case):
             for lighter in recompute_ladder(model, training):
                 trial = simulate_step(model, cl, layout, lighter, profile)
@@ -298,6 +301,33 @@ def run_case(raw: Any, profile_for: Any) -> dict:
         # (inputs are bounded where they are read, so this names a planner bug for this case)
         out["reason"] = f"case: cannot be simulated ({type(exc).__name__}: {str(exc)[:200]})"
     return out
+
+
+def _tuned_over_unknowns(
+    model: ModelSpec,
+    cl: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+    rep: Any,
+    notes: list[str],
+    out: dict,
+) -> Any:
+    """An unpublished micro-batch: the tuned prediction (the fastest micro-batch that fits,
+    what a tuned run used; :mod:`planner.unknowns`) and the range over those that fit
+    (``out["predicted_range_tokens_per_s_per_gpu"]``). None fits: the micro-batch 1 report."""
+    try:
+        tuned = tuned_prediction(model, cl, layout, training, profile, ("micro_batch",))
+    except PlannerError:
+        return rep
+    lo, hi = tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
+    out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
+    notes[:] = [n for n in notes if not n.startswith("micro_batch not published")]
+    notes.append(
+        f"micro_batch not published: tuned, {tuned.picked['micro_batch']} is the fastest of "
+        f"{tuned.settings} that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
+    )
+    return tuned.report
 
 
 def _case_result(out: dict, case: Case, rep: Any, notes: list[str]) -> dict:

@@ -7,9 +7,11 @@ from typing import Any
 
 import planner
 from planner.cli.common import console, json_out
+from planner.cli.fields import comma_list
 from planner.cli.inputs import add_layout_flags, run_profile, simulate_inputs, with_stack
 from planner.render import render_simulation
 from planner.timeline import write_trace
+from planner.unknowns import UNKNOWABLE, tuned_prediction
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -20,6 +22,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Predict one training step of a model on a cluster.",
     )
     add_layout_flags(p)
+    p.add_argument(
+        "--unknown",
+        type=comma_list,
+        default=(),
+        metavar="KNOBS",
+        help="knobs the run does not state, comma-separated from "
+        f"{', '.join(UNKNOWABLE)}: the report is the tuned one (the fastest legal setting "
+        "that fits) with the range of tokens/s/GPU over every setting that fits",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--trace",
@@ -37,15 +48,15 @@ def run(args: argparse.Namespace) -> int:
     gpus, layout, training = simulate_inputs(args)
     stack, layout, training = with_stack(args, model, layout, training)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
-    report = planner.simulate(
-        model,
-        cluster,
-        layout,
-        training,
-        run_profile(args, cluster),
-        args.profile_for_any_device,
-        stack=stack,
-    )
+    profile = run_profile(args, cluster)
+    tuned = None
+    if args.unknown:
+        tuned = tuned_prediction(model, cluster, layout, training, profile, args.unknown, stack)
+        report, layout, training = tuned.report, tuned.layout, tuned.training
+    else:
+        report = planner.simulate(
+            model, cluster, layout, training, profile, args.profile_for_any_device, stack=stack
+        )
     if args.trace:
         write_trace(report, model, layout, training, args.trace)
     if args.json:
@@ -56,7 +67,23 @@ def run(args: argparse.Namespace) -> int:
             layout=layout.model_dump(mode="json"),
             training=training.model_dump(mode="json"),
         )
+        if tuned is not None:
+            out["tuned"] = {
+                "picked": tuned.picked,
+                "tokens_per_s_per_gpu_range": [
+                    tuned.tokens_per_s_per_gpu_min,
+                    tuned.tokens_per_s_per_gpu_max,
+                ],
+                "settings_that_fit": tuned.settings,
+            }
         json_out(out)
     else:
         render_simulation(console(), report, model, cluster, layout, training)
+        if tuned is not None:
+            picked = ", ".join(f"{k} {v}" for k, v in tuned.picked.items())
+            console().print(
+                f"[bold]Unstated knobs[/]: tuned to {picked} (the fastest of "
+                f"{tuned.settings} legal settings that fit); tokens/s/GPU over those settings: "
+                f"{tuned.tokens_per_s_per_gpu_min:,.1f} to {tuned.tokens_per_s_per_gpu_max:,.1f}"
+            )
     return 0

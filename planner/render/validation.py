@@ -66,4 +66,25 @@ def render_validation(console: Console, result: dict[str, Any]) -> None:
         ("max APE", _fmt(s.get("max_ape_pct"), 2, " %")),
         ("memory MAPE", _fmt(s.get("memory_mape_pct"), 2, " %")),
     ]
+    ranged = range_coverage(result.get("cases", []))
+    if ranged[0]:
+        rows.append(
+            (
+                "unstated knobs",
+                f"{ranged[0]} cases tuned; measured inside the predicted range for {ranged[1]}",
+            )
+        )
     console.print(_kv_table("Summary (scored cases with status ok)", rows))
+
+
+def range_coverage(cases: list[dict[str, Any]]) -> tuple[int, int]:
+    """(cases with a predicted range over unstated knobs, those whose measured value is in it)."""
+    ranged = [c for c in cases if c.get("predicted_range_tokens_per_s_per_gpu")]
+    inside = sum(
+        1
+        for c in ranged
+        if c["predicted_range_tokens_per_s_per_gpu"][0]
+        <= c["measured_tokens_per_s_per_gpu"]
+        <= c["predicted_range_tokens_per_s_per_gpu"][1]
+    )
+    return len(ranged), inside

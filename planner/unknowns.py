@@ -1,0 +1,98 @@
+"""Unstated knobs: the tuned prediction and the range over what a run could have used.
+
+A published run rarely states every knob; one that does not state its micro-batch,
+interleaving depth, recompute or ZeRO stage was tuned by its authors. :func:`tuned_prediction`
+enumerates the legal values of each unknown knob (under the software stack, when given),
+simulates every combination, and returns the fastest one that fits in memory (what a tuned run
+used) together with the range of tokens/s/GPU over all combinations that fit, and the values it
+picked. The enumeration is bounded: at most ``MAX_COMBINATIONS`` settings.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from planner.errors import PlannerError
+from planner.legality import check_layout
+from planner.profile import CalibrationProfile
+from planner.report import StepReport
+from planner.simulate import simulate_step
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
+
+UNKNOWABLE = ("micro_batch", "vpp", "recompute", "zero")
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+VPPS = (None, 2, 3, 4, 6, 8)
+MAX_COMBINATIONS = 1_000
+
+
+@dataclass(frozen=True)
+class TunedPrediction:
+    """The fastest setting of the unknown knobs that fits, and the range over all that fit."""
+
+    report: StepReport
+    layout: Layout
+    training: Training
+    picked: dict[str, Any]  # unknown knob -> the value the tuned prediction used
+    tokens_per_s_per_gpu_min: float
+    tokens_per_s_per_gpu_max: float
+    settings: int  # legal settings that fit, over which the range is taken
+
+
+def _choices(name: str, training: Training, stack: StackSpec | None) -> tuple[Any, ...]:
+    if name == "micro_batch":
+        return MICRO_BATCHES
+    if name == "vpp":
+        return VPPS
+    if name == "recompute":
+        return stack.capabilities.recompute if stack else ("none", "selective", "full")
+    return stack.capabilities.zero_stages if stack else (0, 1, 2, 3)
+
+
+def tuned_prediction(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+    unknown: tuple[str, ...],
+    stack: StackSpec | None = None,
+) -> TunedPrediction:
+    """The tuned prediction over the ``unknown`` knobs (names from :data:`UNKNOWABLE`); a
+    PlannerError when a name is not one of them or no legal setting fits in memory."""
+    bad = [u for u in unknown if u not in UNKNOWABLE]
+    if bad or not unknown:
+        raise PlannerError("unknown", f"{', '.join(bad) or 'nothing'}", ", ".join(UNKNOWABLE))
+    grids = [_choices(u, training, stack) for u in unknown]
+    fitting: list[tuple[StepReport, Layout, Training, dict[str, Any]]] = []
+    for values in itertools.islice(itertools.product(*grids), MAX_COMBINATIONS):
+        picked = dict(zip(unknown, values, strict=True))
+        lay = layout.model_copy(update={k: v for k, v in picked.items() if k in ("vpp", "zero")})
+        t_update = {k: v for k, v in picked.items() if k in ("micro_batch", "recompute")}
+        if t_update.get("recompute", training.recompute) != "selective":
+            t_update["recompute_modules"] = None
+        try:
+            tr = Training.model_validate(training.model_dump() | t_update)
+            lay = Layout.model_validate(lay.model_dump())
+            check_layout(model, cluster, lay, tr)
+            report = simulate_step(model, cluster, lay, tr, profile, stack=stack)
+        except (PlannerError, ValueError):
+            continue  # not a legal setting for this model, layout or stack
+        if report.fits:
+            fitting.append((report, lay, tr, picked))
+    if not fitting:
+        raise PlannerError(
+            "unknown",
+            f"no legal setting of {', '.join(unknown)} fits in memory",
+            "a layout with more GPUs per model copy (tp, pp) or recompute",
+        )
+    rates = [f[0].tokens_per_s_per_gpu for f in fitting]
+    best = max(fitting, key=lambda f: f[0].tokens_per_s_per_gpu)
+    return TunedPrediction(best[0], best[1], best[2], best[3], min(rates), max(rates), len(fitting))
+
+
+__all__ = ["MAX_COMBINATIONS", "TunedPrediction", "UNKNOWABLE", "tuned_prediction"]

@@ -1,0 +1,86 @@
+"""planner/unknowns.py: the tuned prediction over unstated knobs, its range, and how validate
+uses it for an unpublished micro-batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner
+from planner.cli import main
+from planner.errors import PlannerError
+from planner.unknowns import tuned_prediction
+
+MODEL = planner.load_model("llama3.1-70b")
+CLUSTER = planner.load_cluster("dgx-h100")
+LAYOUT = planner.Layout(tp=8, pp=4, dp=2, sequence_parallel=True)
+TRAIN = planner.Training(seq_len=4096, global_batch=64)
+PROFILE = planner.default_profile(CLUSTER)
+
+
+def test_the_range_contains_the_tuned_prediction_which_is_its_top() -> None:
+    t = tuned_prediction(MODEL, CLUSTER, LAYOUT, TRAIN, PROFILE, ("micro_batch", "vpp"))
+    rate = t.report.tokens_per_s_per_gpu
+    assert t.tokens_per_s_per_gpu_min <= rate == t.tokens_per_s_per_gpu_max
+    assert t.settings >= 2 and t.report.fits
+    assert t.training.micro_batch == t.picked["micro_batch"]
+    assert t.layout.vpp == t.picked["vpp"]
+    # every picked value is legal and the tuned one is at least micro-batch 1 without interleaving
+    plain = planner.simulate(MODEL, CLUSTER, LAYOUT, TRAIN)
+    assert rate >= plain.tokens_per_s_per_gpu
+
+
+def test_under_a_stack_only_what_it_runs_is_tried() -> None:
+    stack = planner.load_stack("nemo")
+    t = tuned_prediction(MODEL, CLUSTER, LAYOUT, TRAIN, PROFILE, ("zero",), stack)
+    assert t.picked["zero"] in stack.capabilities.zero_stages
+    assert t.report.stack == "nemo"
+
+
+def test_unknown_names_and_nothing_that_fits_are_one_line_errors() -> None:
+    with pytest.raises(PlannerError, match="micro_batch, vpp, recompute, zero"):
+        tuned_prediction(MODEL, CLUSTER, LAYOUT, TRAIN, PROFILE, ("bogus",))
+    huge = planner.Training(seq_len=131072, global_batch=64)
+    with pytest.raises(PlannerError, match="fits in memory"):
+        tuned_prediction(MODEL, CLUSTER, planner.Layout(dp=64), huge, PROFILE, ("micro_batch",))
+
+
+def test_cli_unknown_reports_the_pick_and_range(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "simulate",
+        "--model",
+        "llama3.1-70b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--sequence-parallel",
+        "--global-batch",
+        "64",
+        "--unknown",
+        "micro_batch",
+        "--json",
+    ]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    lo, hi = out["tuned"]["tokens_per_s_per_gpu_range"]
+    assert lo <= out["tokens_per_s_per_gpu"] <= hi
+    assert out["training"]["micro_batch"] == out["tuned"]["picked"]["micro_batch"]
+
+
+def test_validate_tunes_an_unpublished_micro_batch() -> None:
+    from planner.resources import shipped_cases
+    from planner.validate import validate_file
+
+    result = validate_file(shipped_cases()["public"], planner.default_profile)
+    ranged = [c for c in result["cases"] if c.get("predicted_range_tokens_per_s_per_gpu")]
+    assert ranged
+    for c in ranged:
+        lo, hi = c["predicted_range_tokens_per_s_per_gpu"]
+        assert lo <= c["predicted_tokens_per_s_per_gpu"] <= hi + 0.01
+        assert "micro_batch not published: tuned" in c["reason"]
