@@ -26,6 +26,7 @@ from planner.specs.base import MAX_MICRO_BATCH
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,18 +413,20 @@ def advise(
     *,
     include_unavailable: bool = False,
     baseline: StepReport | None = None,
+    stack: StackSpec | None = None,
 ) -> list[Lever]:
     """The predicted effect of each lever on ``layout``, ranked: levers that fit in memory first,
     then by gain in tokens/s (largest first); unavailable ones last when included.
 
     ``profile``: as for ``planner.simulate`` (default: the cluster's profile). ``baseline``:
     the layout's own StepReport when the caller already has it. Raises PlannerError when the
-    baseline layout itself is illegal.
+    baseline layout itself is illegal. ``stack``: every lever runs under it; one the stack
+    cannot run is unavailable, naming the stack.
     """
     from planner import simulate  # planner/__init__ imports the specs this module uses
 
     check_layout(model, cluster, layout, training)
-    base = baseline if baseline is not None else simulate(model, cluster, layout, training, profile)
+    base = baseline or simulate(model, cluster, layout, training, profile, stack=stack)
     levers: list[Lever] = []
     try:
         candidates = _candidates(model, cluster, layout, training)
@@ -449,7 +452,7 @@ def advise(
         if v is None:
             try:
                 prof = _without_host(cluster, profile) if c.no_host else profile
-                rep = simulate(model, cluster, c.layout, c.training, prof)
+                rep = simulate(model, cluster, c.layout, c.training, prof, stack=stack)
             except PlannerError as exc:
                 reason = str(exc)
         if rep is None:

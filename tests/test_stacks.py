@@ -213,3 +213,14 @@ def test_search_under_a_stack_searches_only_what_it_runs() -> None:
     ds = planner.load_stack("deepspeed-zero")
     found = search(MODEL, CLUSTER, 16, 64, seq_len=2048, stack=ds, method="exhaustive")
     assert found.ranked and all(e.layout.tp == 1 and e.layout.pp == 1 for e in found.ranked)
+
+
+def test_advise_under_a_stack_marks_what_it_cannot_run() -> None:
+    from planner.advise import advise
+
+    stack = planner.load_stack("deepspeed-zero")
+    levers = advise(MODEL, CLUSTER, Layout(dp=8), TRAIN, include_unavailable=True, stack=stack)
+    fp8 = next(lever for lever in levers if lever.name == "fp8")
+    assert fp8.tokens_per_s is None and "deepspeed-zero" in fp8.reason
+    plain = advise(MODEL, CLUSTER, Layout(dp=8), TRAIN, include_unavailable=True)
+    assert next(lever for lever in plain if lever.name == "fp8").tokens_per_s

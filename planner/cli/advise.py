@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+import planner
 from planner.advise import Lever, advise
 from planner.cli.common import console as stdout_console
 from planner.cli.common import json_out
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         profile,
         include_unavailable=args.all,
         baseline=report,
+        stack=planner.load_stack(args.stack),
     )
     if args.json:
         json_out(
