@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.costs.blocks import mixer_costs
+from planner.costs.blocks.channel import channel_costs
 from planner.costs.flops import Gemm, as_layer
-from planner.specs.blocks import DenseMLP, LayerSpec, MoEMLP
+from planner.specs.blocks import LayerSpec
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
@@ -60,16 +61,11 @@ def layer_elementwise(
     mixer_work = mixer_costs(spec.mixer).elementwise(model, spec.mixer, tp, tokens, act_bytes)
     hidden_bytes += mixer_work.hidden_bytes
     kernels += mixer_work.kernels
-    if isinstance(spec.mlp, MoEMLP) and model.moe is not None:
-        ffn_tokens = tokens * model.moe.top_k
-        ffn = model.moe.expert_ffn_hidden
-        # dispatch and combine permutations copy each routed token twice (read + write)
-        hidden_bytes += 2 * 2 * ffn_tokens * h * act_bytes
-        kernels += 6.0
-    elif isinstance(spec.mlp, DenseMLP):
-        ffn_tokens, ffn = tokens, spec.mlp.ffn_hidden or model.ffn_hidden
-    else:
-        ffn_tokens, ffn = 0.0, 0
+    channel = channel_costs(spec.mlp).elementwise(model, spec.mlp, tokens, act_bytes)
+    ffn_tokens, ffn = channel.ffn_tokens, channel.ffn
+    if channel.kernels:
+        hidden_bytes += channel.hidden_bytes
+        kernels += channel.kernels
     if model.gated:
         mlp_bytes = 3 * ffn_tokens * ffn / tp * act_bytes  # read gate and up, write product
     else:

@@ -19,6 +19,7 @@ from planner.costs.blocks.attention import (
     attention_head_dim,
     attention_head_width,
 )
+from planner.costs.blocks.channel import channel_costs, mlp_gemms, moe_gemms, tokens_per_expert
 from planner.costs.gemm import Gemm, tokens_per_gpu
 from planner.specs.blocks import DenseMLP, LayerSpec, MoEMLP
 from planner.specs.layout import Layout, Training
@@ -39,51 +40,6 @@ class LayerFlops:
         return sum(g.flops for g in self.gemms)
 
 
-def mlp_gemms(
-    model: ModelSpec, ffn: float, tp: int, tokens: float, name: str = "mlp", count: float = 1.0
-) -> list[Gemm]:
-    """fc1 (gate and up fused when gated) and fc2 of an MLP of width ``ffn``."""
-    up = ffn * (2 if model.gated else 1)
-    return [
-        Gemm(f"{name}_fc1", tokens, up / tp, model.hidden, count),
-        Gemm(f"{name}_fc2", tokens, model.hidden, ffn / tp, count),
-    ]
-
-
-def tokens_per_expert(model: ModelSpec, layout: Layout, tokens: float) -> float:
-    """Tokens each local expert processes per micro-batch with balanced routing: the EP group's
-    ``tokens`` x top_k token-expert pairs over its experts. With expert TP < tp each TP rank
-    dispatches only its sequence-parallel share of the tokens."""
-    assert model.moe is not None
-    expert_tokens = tokens * layout.expert_tp / layout.tp
-    return expert_tokens * model.moe.top_k / (model.moe.experts / layout.ep)
-
-
-def moe_gemms(model: ModelSpec, layout: Layout, tokens: float) -> list[Gemm]:
-    """Router, routed experts (grouped GEMM, balanced load) and shared experts of one MoE layer.
-
-    Each EP rank holds experts/ep experts and, with balanced routing, receives tokens * top_k
-    token-expert pairs; expert weights are split over the expert tensor-parallel size
-    (``Layout.expert_tp``).
-    """
-    assert model.moe is not None
-    moe = model.moe
-    local_experts = moe.experts / layout.ep
-    gemms = [Gemm("router", tokens, moe.experts, model.hidden)]
-    gemms += mlp_gemms(
-        model,
-        moe.expert_ffn_hidden,
-        layout.expert_tp,
-        tokens_per_expert(model, layout, tokens),
-        "expert",
-        local_experts,
-    )
-    if moe.shared_experts:
-        width = moe.shared_experts * (moe.shared_expert_ffn_hidden or moe.expert_ffn_hidden)
-        gemms += mlp_gemms(model, width, layout.tp, tokens, "shared_expert")
-    return gemms
-
-
 def as_layer(layer: LayerSpec | bool) -> LayerSpec:
     """A LayerSpec; ``True`` / ``False`` mean the flat model's MoE / dense attention layer."""
     if isinstance(layer, LayerSpec):
@@ -101,11 +57,7 @@ def layer_flops(
     costs = mixer_costs(mixer)
     gemms = costs.gemms(model, mixer, layout.tp, tokens)
     hw, conv = costs.core_flops(model, mixer, layout, training)
-    mlp = spec.mlp
-    if isinstance(mlp, MoEMLP):
-        gemms += moe_gemms(model, layout, tokens)
-    elif isinstance(mlp, DenseMLP):
-        gemms += mlp_gemms(model, mlp.ffn_hidden or model.ffn_hidden, layout.tp, tokens)
+    gemms += channel_costs(spec.mlp).gemms(model, spec.mlp, layout, tokens)
     return LayerFlops(tuple(gemms), hw, conv, mixer.kind)
 
 

@@ -20,13 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.costs.blocks import mixer_costs
+from planner.costs.blocks.channel import channel_costs
 from planner.costs.flops import as_layer
 from planner.schedules import SCHEDULES, Schedule, default_schedule_name
 from planner.specs.blocks import (
-    ChannelMixer,
-    DenseMLP,
     LayerSpec,
-    MoEMLP,
 )
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -104,47 +102,10 @@ def layer_activation_bytes(
         model, mixer, s, b, gin, modules, dropout, flash_attention
     )
     replicated += kept.replicated
-    mlp, router = _mlp_block_bytes(model, mlp_spec, tok, gin, modules)
+    mlp, router = channel_costs(mlp_spec).activations(model, mlp_spec, tok, gin, modules)
     replicated += router
     sharded = kept.tp_region + kept.out_proj_input + mlp + kept.core
     return (replicated / seq_split + sharded / t) * scale
-
-
-def _mlp_block_bytes(
-    model: ModelSpec, mlp_spec: ChannelMixer, tok: float, gin: float, modules: set[str]
-) -> tuple[float, float]:
-    """MLP (dense or MoE) activations of ``tok`` tokens, in 2-byte units: (inside the TP
-    region; replicated: the MoE router's fp32 logits/probabilities, 0 otherwise). ``gin``:
-    bytes of a saved GEMM input."""
-    if isinstance(mlp_spec, MoEMLP) and model.moe is not None:
-        routed = tok * model.moe.top_k
-        act_out = "moe_act" not in modules  # moe_act: the activation output is re-run
-        mlp = _mlp_bytes(model, routed, model.moe.expert_ffn_hidden, gin, act_out)
-        mlp += gin * routed * model.hidden
-        if model.moe.shared_experts and "shared_experts" not in modules:
-            width = model.moe.shared_experts * (
-                model.moe.shared_expert_ffn_hidden or model.moe.expert_ffn_hidden
-            )
-            mlp += _mlp_bytes(model, tok, width, gin)
-        if "moe" in modules:
-            return 0.0, 0.0  # the whole MoE block is checkpointed: only its input is kept
-        return mlp, tok * model.moe.experts * 4  # router logits/probabilities (fp32)
-    if isinstance(mlp_spec, DenseMLP):
-        if "mlp" in modules:
-            return 0.0, 0.0  # the dense MLP is checkpointed: only its input is kept
-        return _mlp_bytes(model, tok, mlp_spec.ffn_hidden or model.ffn_hidden, gin), 0.0
-    return 0.0, 0.0
-
-
-def _mlp_bytes(
-    model: ModelSpec, tokens: float, ffn: int, gin: float = 2.0, act_out: bool = True
-) -> float:
-    """fc1 output(s) kept for the activation (2 B) and the fc2 input (``gin`` B) per element;
-    ``act_out=False``: the activation output is recomputed (Megatron ``moe_act``)."""
-    fc2_in = gin if act_out else 0.0
-    if model.gated:
-        return tokens * ffn * (2 * 2 + fc2_in)  # gate, up, and their product (fc2 input)
-    return tokens * ffn * (2 + fc2_in)  # activation input and output (fc2 input)
 
 
 def layers_in_flight(

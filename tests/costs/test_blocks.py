@@ -73,3 +73,25 @@ def test_flash_attention_keeps_the_log_sum_exp_not_the_scores() -> None:
     assert unfused.core == 2.0 * model.heads * 4096 * 4096
     recomputed = costs.activations(model, mixer, 4096.0, 1, 2.0, {"core_attn"}, False, False)
     assert recomputed.core == 0.0
+
+
+def test_every_channel_kind_has_registered_costs_and_they_agree_with_the_layer() -> None:
+    from planner.costs import flops
+    from planner.costs.blocks.channel import CHANNEL_COSTS, channel_costs
+    from planner.specs.blocks import ChannelMixer, DenseMLP, LayerSpec, MoEMLP, NoMLP
+
+    kinds = {cls.model_fields["kind"].default for cls in get_args(get_args(ChannelMixer)[0])}
+    assert kinds == set(CHANNEL_COSTS)
+    model = planner.load_model("mixtral-8x7b")
+    layout, training = Layout(tp=2, ep=2, dp=4), Training(seq_len=4096, global_batch=8)
+    tokens = 4096.0
+    moe = channel_costs(MoEMLP()).gemms(model, MoEMLP(), layout, tokens)
+    assert moe[0].name == "router" and any(g.name.startswith("expert_") for g in moe)
+    layer = flops.layer_flops(model, layout, training, LayerSpec(mlp=MoEMLP()))
+    assert [g.name for g in layer.gemms][-len(moe) :] == [g.name for g in moe]
+    assert channel_costs(NoMLP()).gemms(model, NoMLP(), layout, tokens) == []
+    dense = channel_costs(DenseMLP()).gemms(model, DenseMLP(ffn_hidden=1024), layout, tokens)
+    assert [g.n for g in dense] == [2 * 1024 / 2, model.hidden]  # gated fc1 (gate, up), fc2
+    kept, router = channel_costs(MoEMLP()).activations(model, MoEMLP(), 100.0, 2.0, set())
+    assert kept > 0 and router == 100.0 * model.moe.experts * 4
+    assert channel_costs(MoEMLP()).activations(model, MoEMLP(), 100.0, 2.0, {"moe"}) == (0, 0)

@@ -6,7 +6,8 @@
 
 A new mixer: its spec class in :mod:`planner.specs.blocks` (fields and ``params``), one module
 here implementing :class:`~planner.costs.blocks.base.MixerCosts`, and one line in
-``MIXER_COSTS``.
+``MIXER_COSTS``. Channel mixers (dense MLP, MoE, none) are
+:mod:`planner.costs.blocks.channel`, looked up the same way (``channel_costs``).
 """
 
 from __future__ import annotations
