@@ -173,7 +173,7 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
         if schedule not in c.schedules:
             from planner.schedules import SCHEDULES
 
-            hint = ""
+            hint = "; no shipped stack runs it: --stack none costs it as given"
             if SCHEDULES[schedule].torchtitan:
                 hint = "; torch.distributed.pipelining runs it: --stack torchtitan-eager"
             return PlannerError(

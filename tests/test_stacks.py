@@ -4,6 +4,7 @@ switching stacks moves the figures the way the mechanisms say."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -224,3 +225,12 @@ def test_advise_under_a_stack_marks_what_it_cannot_run() -> None:
     assert fp8.tokens_per_s is None and "deepspeed-zero" in fp8.reason
     plain = advise(MODEL, CLUSTER, Layout(dp=8), TRAIN, include_unavailable=True)
     assert next(lever for lever in plain if lever.name == "fp8").tokens_per_s
+
+
+def test_stack_none_costs_a_schedule_no_stack_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SIMULATE_8B, "--pp", "4", "--dp", "2", "--schedule", "zb-h1"]
+    assert main(argv) == 2
+    assert "--stack none" in capsys.readouterr().err
+    assert main([*argv, "--stack", "none", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["layout"]["schedule"] == "zb-h1" and out["stack"] == ""

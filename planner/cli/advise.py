@@ -14,11 +14,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import planner
 from planner.advise import Lever, advise
 from planner.cli.common import console as stdout_console
 from planner.cli.common import json_out
-from planner.cli.inputs import add_layout_flags, inputs_line, simulate_baseline
+from planner.cli.inputs import add_layout_flags, inputs_line, simulate_baseline, stack_flag
 from planner.report import StepReport
 
 
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         profile,
         include_unavailable=args.all,
         baseline=report,
-        stack=planner.load_stack(args.stack),
+        stack=stack_flag(args),
     )
     if args.json:
         json_out(

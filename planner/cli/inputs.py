@@ -102,6 +102,9 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+NO_STACK = "none"  # --stack none: the inputs as given, no capability check
+
+
 def add_stack_flag(p: argparse.ArgumentParser) -> None:
     """``--stack ID|PATH`` (default: :data:`planner.stacks.DEFAULT_STACK`)."""
     p.add_argument(
@@ -109,7 +112,8 @@ def add_stack_flag(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_STACK,
         help=f"software stack: a shipped id ({', '.join(stack_ids())}) or a YAML path; its "
         f"kernels, overlaps and execution fill the flags left unset, and a layout it cannot run "
-        f"is refused (default {DEFAULT_STACK}: Megatron-Core + Transformer Engine)",
+        f"is refused (default {DEFAULT_STACK}: Megatron-Core + Transformer Engine; "
+        f"{NO_STACK}: no stack, every schedule the planner models, e.g. zb-h1)",
     )
 
 
@@ -121,11 +125,19 @@ def stack_ids() -> list[str]:
     return shipped_ids(STACKS_DIR)
 
 
+def stack_flag(args: argparse.Namespace) -> StackSpec | None:
+    """The --stack (``none``: no stack, the inputs costed as given)."""
+    stack_id = getattr(args, "stack", None) or DEFAULT_STACK
+    return None if stack_id == NO_STACK else planner.load_stack(stack_id)
+
+
 def with_stack(
     args: argparse.Namespace, model: ModelSpec, layout: Layout, training: Training
-) -> tuple[StackSpec, Layout, Training]:
+) -> tuple[StackSpec | None, Layout, Training]:
     """The --stack and the layout and training it completes (checked against what it runs)."""
-    stack = planner.load_stack(getattr(args, "stack", None) or DEFAULT_STACK)
+    stack = stack_flag(args)
+    if stack is None:
+        return None, layout, training
     layout, training = apply_stack(stack, model, layout, training)
     check_stack(stack, layout, training)
     return stack, layout, training

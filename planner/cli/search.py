@@ -288,7 +288,7 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 seq_len=args.seq_len,
                 precision=args.precision,
                 cross_entropy=args.cross_entropy,
-                stack=planner.load_stack(args.stack) if args.stack else None,
+                stack=planner.load_stack(args.stack) if args.stack not in (None, "none") else None,
                 objective=args.objective,
                 tokens=args.tokens,
                 method=args.method,
