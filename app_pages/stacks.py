@@ -33,6 +33,7 @@ from planner.stacks import (
 )
 
 STACK_KEY = "est_stack"
+NO_STACK = "none"
 COMPARE_OPEN = "est_stacks_open"
 
 
@@ -50,6 +51,8 @@ def load_stack(stack_id: str) -> StackSpec:
 
 def _write_stack_inputs() -> None:
     """on_change of the selector: the chosen stack's values into the page's inputs."""
+    if st.session_state[STACK_KEY] == NO_STACK:
+        return  # no stack: the inputs stay as they are
     stack = load_stack(st.session_state[STACK_KEY])
     state = st.session_state
     tp = int(state.get(extras.widget_key("tp"), 1) or 1)
@@ -86,17 +89,22 @@ def _fit_capabilities(stack: StackSpec, state: Any) -> None:
         state[recompute_key] = cap.recompute[-1]
 
 
-def stack_selector() -> StackSpec:
-    """The selector (default :data:`planner.stacks.DEFAULT_STACK`) and the chosen stack."""
+def stack_selector() -> StackSpec | None:
+    """The selector (default :data:`planner.stacks.DEFAULT_STACK`) and the chosen stack
+    (None for ``none``: the inputs costed as given)."""
     c.init_state({STACK_KEY: DEFAULT_STACK})
     stack_id = st.selectbox(
         "Software stack",
-        stack_ids(),
+        [*stack_ids(), NO_STACK],
         key=STACK_KEY,
         on_change=_write_stack_inputs,
         help="the framework that runs the layout: choosing one sets its kernels, overlaps and "
-        "execution below (docs/stacks.md); a layout it cannot run is refused",
+        "execution below (docs/stacks.md); a layout it cannot run is refused; none: the "
+        "inputs as given, every schedule the planner models (ZB-H1, ZB-H2)",
     )
+    if stack_id == NO_STACK:
+        st.caption("No stack: the inputs below are costed as given, without a capability check.")
+        return None
     stack = load_stack(stack_id)
     st.caption(" ".join(stack.description.split()))
     return stack

@@ -622,3 +622,11 @@ def test_stack_selector_sets_inputs_and_the_comparison_runs_every_stack() -> Non
     refused = [c.value for c in at.caption if "cannot run this layout" in c.value]
     assert len(table) + len(refused) == len(shipped_ids(STACKS_DIR))
     assert (table["reserved GiB"] >= table["memory GiB"]).all()
+
+
+def test_stack_none_costs_the_inputs_as_given() -> None:
+    at = _app("app_pages/estimate.py")
+    at.selectbox(key="est_stack").set_value("none").run()
+    _ok(at)
+    assert not at.error, [e.value for e in at.error]
+    assert not any("reserved peak" in c.value for c in at.caption)
