@@ -372,12 +372,7 @@ def body() -> None:
         return
     show_report(model, cluster, layout, report)
     st.caption(c.profile_caption(cluster, profile))
-    if report.stack:
-        st.caption(
-            f"Stack {report.stack}: reserved peak {c.fmt_gib(report.peak_reserved_gib or 0.0)} "
-            f"(caching allocator, {c.fmt_gib(report.peak_memory_gib)} allocated); its logs "
-            f"report the {report.reported_peak} peak."
-        )
+    stacks.report_caption(report)
     stacks.compare_section(model, cluster, layout, training, profile)
     extras.goodput_section(model, cluster, layout, training, report)
     extras.levers_section(model, cluster, layout, training, profile, report)

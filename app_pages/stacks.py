@@ -18,6 +18,7 @@ from app_pages import common as c
 from app_pages import estimate_extras as extras
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
+from planner.report import StepReport
 from planner.resources import STACKS_DIR
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -108,6 +109,16 @@ def stack_selector() -> StackSpec | None:
     stack = load_stack(stack_id)
     st.caption(" ".join(stack.description.split()))
     return stack
+
+
+def report_caption(report: StepReport) -> None:
+    """The stack a report was costed under and its reserved peak (nothing without a stack)."""
+    if report.stack:
+        st.caption(
+            f"Stack {report.stack}: reserved peak {c.fmt_gib(report.peak_reserved_gib or 0.0)} "
+            f"(caching allocator, {c.fmt_gib(report.peak_memory_gib)} allocated); its logs "
+            f"report the {report.reported_peak} peak."
+        )
 
 
 def _unset_stack_fields(layout: Layout, training: Training) -> tuple[Layout, Training]:
