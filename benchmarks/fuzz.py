@@ -103,6 +103,8 @@ SIM_FLAGS = ("--gpus", "--tp", "--pp", "--dp", "--cp", "--ep", "--vpp", "--micro
 SIM_FLAGS += ("--global-batch", "--seq-len", "--recompute", "--recompute-modules", "--zero")
 SIM_FLAGS += ("--precision", "--attention-kernel", "--grad-reduce-dtype", "--offload-layers")
 SIM_FLAGS += ("--cross-entropy", "--schedule", "--host-op-us", "--profile", "--layout", "--trace")
+SIM_FLAGS += ("--stack", "--unknown", "--execution", "--unfused-elementwise")
+UNKNOWN_KNOBS = ("micro_batch", "vpp,zero", "recompute", "micro_batch,vpp,recompute,zero")
 OPAQUE = {"raw", "metadata", "sources", "description"}  # free-form: mutate whole, not inside
 # a non-finite number as a table cell, a "key: value" or a YAML value (not "not inf or nan")
 NON_FINITE_TEXT = re.compile(r"(?:[│|:=]|^)\s*[-+]?\.?(?:nan|inf|infinity)(?!\w)", re.I | re.M)
@@ -418,6 +420,7 @@ class Context:
                 self.cases += [c for c in yaml.safe_load(f.read_text()) if isinstance(c, dict)]
         self.cases = self.cases or [SYNTHETIC_CASE | {"model": self.model_dicts["llama3.1-8b"]}]
         self.model_ids, self.cluster_ids = sorted(self.models), sorted(self.clusters)
+        self.stack_ids = sorted(p.stem for p in (REPO / "stacks").glob("*.yaml"))
         self.donors = self._donors()
         self.schedules = _literals(planner.Layout.model_fields["schedule"].annotation)
         self.fields = {
@@ -628,6 +631,10 @@ def generate(ctx: Context, path: str, seed: int, index: int) -> Input:
             argv["--trace"] = "{tmp}/trace.json"
         if rng.random() < 0.05:
             argv["--host-op-us"] = rng.choice(("0", "35", "1000"))
+        if rng.random() < 0.3:  # a software stack (planner/stacks.py), or none
+            argv["--stack"] = rng.choice((*ctx.stack_ids, "none"))
+        if rng.random() < 0.1:  # unstated knobs (planner/unknowns.py)
+            argv["--unknown"] = rng.choice(UNKNOWN_KNOBS)
         base, targets = {"argv": argv}, {"argv": 1}
         if kind == "simulate_files":
             argv["--model"], argv["--cluster"] = "@model", "@cluster"
