@@ -118,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         render_advice(
-            stdout_console(), report, levers, inputs_line(model, cluster, layout, training)
+            stdout_console(),
+            report,
+            levers,
+            inputs_line(model, cluster, layout, training, report.stack),
         )
     return 0

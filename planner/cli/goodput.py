@@ -186,5 +186,7 @@ def run(args: argparse.Namespace) -> int:
         )
         json_out(out)
     else:
-        render_goodput(stdout_console(), g, inputs_line(model, cluster, layout, training))
+        render_goodput(
+            stdout_console(), g, inputs_line(model, cluster, layout, training, report.stack)
+        )
     return 0

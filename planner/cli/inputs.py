@@ -228,12 +228,14 @@ def simulate_baseline(
     return model, cluster, layout, training, profile, report
 
 
-def inputs_line(model: ModelSpec, cluster: Cluster, layout: Layout, training: Training) -> str:
-    """'<model> on <N> x <GPU> (<cluster>): <layout>, seq S, global batch B'."""
+def inputs_line(
+    model: ModelSpec, cluster: Cluster, layout: Layout, training: Training, stack: str = ""
+) -> str:
+    """'<model> on <N> x <GPU> (<cluster>): <layout>, seq S, global batch B[, stack X]'."""
     from planner.render import compact_layout
 
     return (
         f"{model.name} on {layout.world_size} x {cluster.accelerator.name} ({cluster.id}): "
         f"{compact_layout(layout, training)}, seq {training.seq_len}, "
-        f"global batch {training.global_batch}"
+        f"global batch {training.global_batch}" + (f", stack {stack}" if stack else "")
     )
