@@ -80,11 +80,11 @@ class _Candidate:
 
 
 def _layout(base: Layout, **changes: Any) -> Layout:
-    return Layout(**{**base.model_dump(), **changes})
+    return base.with_changes(**changes)
 
 
 def _training(base: Training, **changes: Any) -> Training:
-    return Training(**{**base.model_dump(), **changes})
+    return base.with_changes(**changes)
 
 
 _RECOMPUTE_FLAGS = {

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.schedules import SCHEDULES, default_schedule_name
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import AttentionImpl, StackSpec
@@ -114,19 +115,12 @@ def apply_stack(
     stack (a field set explicitly, even to the planner's default, is kept)."""
     t_update = _unset(training, training_defaults(stack, model, training))
     l_update = _unset(layout, layout_defaults(stack, layout))
-    try:
-        new_training = type(training).model_validate(training.model_dump() | t_update)
-        new_layout = type(layout).model_validate(layout.model_dump() | l_update)
+    try:  # the stack's values count as set, so applying the stack again changes nothing
+        return layout.with_changes(**l_update), training.with_changes(**t_update)
     except ValueError as exc:
         raise PlannerError(
             "stack", f"{stack.name}: its defaults do not apply ({str(exc).splitlines()[0]})"
         ) from None
-    # the stack's values count as set, so applying the stack again changes nothing
-    fields_t = training.model_fields_set | set(t_update)
-    fields_l = layout.model_fields_set | set(l_update)
-    object.__setattr__(new_training, "__pydantic_fields_set__", fields_t)
-    object.__setattr__(new_layout, "__pydantic_fields_set__", fields_l)
-    return new_layout, new_training
 
 
 def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> PlannerError | None:
@@ -167,12 +161,8 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
         if broken:
             return PlannerError(field, f"stack {stack.name!r} cannot run {what}", valid)
     if layout.pp > 1:
-        from planner.schedules import default_schedule_name
-
         schedule = layout.schedule or default_schedule_name(layout.vpp)
         if schedule not in c.schedules:
-            from planner.schedules import SCHEDULES
-
             hint = "; no shipped stack runs it: --stack none costs it as given"
             if SCHEDULES[schedule].torchtitan:
                 hint = "; torch.distributed.pipelining runs it: --stack torchtitan-eager"

@@ -23,6 +23,7 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
+from planner.stacks import apply_stack
 
 UNKNOWABLE = ("micro_batch", "vpp", "recompute", "zero")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -43,7 +44,7 @@ class TunedPrediction:
     settings: int  # legal settings that fit, over which the range is taken
 
 
-def _choices(name: str, training: Training, stack: StackSpec | None) -> tuple[Any, ...]:
+def _choices(name: str, stack: StackSpec | None) -> tuple[Any, ...]:
     if name == "micro_batch":
         return MICRO_BATCHES
     if name == "vpp":
@@ -67,17 +68,19 @@ def tuned_prediction(
     bad = [u for u in unknown if u not in UNKNOWABLE]
     if bad or not unknown:
         raise PlannerError("unknown", f"{', '.join(bad) or 'nothing'}", ", ".join(UNKNOWABLE))
-    grids = [_choices(u, training, stack) for u in unknown]
+    grids = [_choices(u, stack) for u in unknown]
     fitting: list[tuple[StepReport, Layout, Training, dict[str, Any]]] = []
     for values in itertools.islice(itertools.product(*grids), MAX_COMBINATIONS):
         picked = dict(zip(unknown, values, strict=True))
-        lay = layout.model_copy(update={k: v for k, v in picked.items() if k in ("vpp", "zero")})
+        l_update = {k: v for k, v in picked.items() if k in ("vpp", "zero")}
         t_update = {k: v for k, v in picked.items() if k in ("micro_batch", "recompute")}
         if t_update.get("recompute", training.recompute) != "selective":
             t_update["recompute_modules"] = None
-        try:
-            tr = Training.model_validate(training.model_dump() | t_update)
-            lay = Layout.model_validate(lay.model_dump())
+        try:  # fields the caller left unset stay unset, for the stack to fill
+            tr = training.with_changes(**t_update)
+            lay = layout.with_changes(**l_update)
+            if stack is not None:  # the returned layout and training are the ones costed
+                lay, tr = apply_stack(stack, model, lay, tr)
             check_layout(model, cluster, lay, tr)
             report = simulate_step(model, cluster, lay, tr, profile, stack=stack)
         except (PlannerError, ValueError):

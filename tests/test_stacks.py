@@ -234,3 +234,36 @@ def test_stack_none_costs_a_schedule_no_stack_runs(capsys: pytest.CaptureFixture
     assert main([*argv, "--stack", "none", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["layout"]["schedule"] == "zb-h1" and out["stack"] == ""
+
+
+def test_the_stack_field_lists_are_the_fields_a_stack_sets() -> None:
+    from planner.stacks import (
+        STACK_LAYOUT_FIELDS,
+        STACK_TRAINING_FIELDS,
+        layout_defaults,
+        training_defaults,
+    )
+
+    selective = Training(seq_len=4096, global_batch=64, recompute="selective")
+    for stack_id in STACKS:
+        stack = planner.load_stack(stack_id)
+        assert set(layout_defaults(stack, Layout())) == set(STACK_LAYOUT_FIELDS)
+        assert set(training_defaults(stack, MODEL, selective)) == set(STACK_TRAINING_FIELDS)
+
+
+def test_changed_copies_keep_the_stack_s_fields_unset() -> None:
+    """Tuned settings and advise levers built from unset inputs still get the stack's values."""
+    from planner.unknowns import tuned_prediction
+
+    stack = planner.load_stack("torchtitan-eager")
+    t = tuned_prediction(
+        MODEL,
+        CLUSTER,
+        Layout(dp=8, zero=3),
+        TRAIN,
+        planner.default_profile(CLUSTER),
+        ("micro_batch",),
+        stack,
+    )
+    assert "norm" in t.training.unfused_elementwise and t.training.attention_kernel == "flash2"
+    assert Layout(dp=8).with_changes(zero=3).model_fields_set == {"dp", "zero"}

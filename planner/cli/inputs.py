@@ -125,9 +125,9 @@ def stack_ids() -> list[str]:
     return shipped_ids(STACKS_DIR)
 
 
-def stack_flag(args: argparse.Namespace) -> StackSpec | None:
-    """The --stack (``none``: no stack, the inputs costed as given)."""
-    stack_id = getattr(args, "stack", None) or DEFAULT_STACK
+def stack_flag(args: argparse.Namespace, default: str = DEFAULT_STACK) -> StackSpec | None:
+    """The --stack (not given: ``default``; ``none``: no stack, the inputs costed as given)."""
+    stack_id = getattr(args, "stack", None) or default
     return None if stack_id == NO_STACK else planner.load_stack(stack_id)
 
 

@@ -18,6 +18,7 @@ from rich.console import Console
 
 import planner
 from planner.cli.common import CLUSTER_HELP, MODEL_HELP, add_profile_device_flag, console
+from planner.cli.inputs import NO_STACK, stack_flag
 from planner.errors import PlannerError
 from planner.profile import check_profile_device
 from planner.report import TIME_CATEGORIES
@@ -288,7 +289,7 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 seq_len=args.seq_len,
                 precision=args.precision,
                 cross_entropy=args.cross_entropy,
-                stack=planner.load_stack(args.stack) if args.stack not in (None, "none") else None,
+                stack=stack_flag(args, default=NO_STACK),
                 objective=args.objective,
                 tokens=args.tokens,
                 method=args.method,

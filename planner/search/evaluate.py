@@ -101,9 +101,8 @@ class Evaluator:
             return self.cache[key]
         self.simulated += 1
         try:
-            under = {"stack": self.stack} if self.stack is not None else {}
             report = simulate_step(
-                self.model, self.cluster, layout, training, self.profile, check=False, **under
+                self.model, self.cluster, layout, training, self.profile, False, self.stack
             )
         except PlannerError as exc:
             return self._reject(key, f"simulator refused ({exc.field})")

@@ -9,7 +9,7 @@ that several specs share are named here. ``docs/limits.md`` lists every field's 
 from __future__ import annotations
 
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -61,6 +61,11 @@ class Spec(BaseModel):
                     # "field: ..." is turned into the field path by pydantic_error_to_planner
                     raise ValueError(f"{name}: a boolean is not accepted here")
         return data
+
+    def with_changes(self, **changes: Any) -> Self:
+        """A validated copy with ``changes``; the fields it counts as set are this spec's and
+        the changed ones (so a software stack still fills the rest, planner/stacks.py)."""
+        return type(self).model_validate(self.model_dump(include=self.model_fields_set) | changes)
 
 
 def no_bool(value: Any) -> Any:

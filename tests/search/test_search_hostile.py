@@ -209,10 +209,10 @@ def test_huge_layer_counts_do_not_stall_the_generator(problem: tuple, layers: in
 
 
 def _hostile_simulate(refuse_tp: int, nan_tp: int) -> Callable:
-    def simulate(model, cluster, layout, training, profile, check=True):  # noqa: ANN001, ANN202
+    def simulate(model, cluster, layout, training, profile, check=True, stack=None):  # noqa: ANN001, ANN202
         if layout.tp == refuse_tp:
             raise PlannerError("report.step_time_s", "not finite", "finite figures")
-        report = REAL_SIMULATE(model, cluster, layout, training, profile, check=check)
+        report = REAL_SIMULATE(model, cluster, layout, training, profile, check=check, stack=stack)
         if layout.tp == nan_tp:
             return dataclasses.replace(report, tokens_per_s=math.inf, step_time_s=0.0)
         return report
