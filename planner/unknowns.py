@@ -11,6 +11,7 @@ picked. The enumeration is bounded: at most ``MAX_COMBINATIONS`` settings.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,12 +66,17 @@ def tuned_prediction(
 ) -> TunedPrediction:
     """The tuned prediction over the ``unknown`` knobs (names from :data:`UNKNOWABLE`); a
     PlannerError when a name is not one of them or no legal setting fits in memory."""
+    unknown = tuple(dict.fromkeys(unknown))  # a knob named twice is one knob
     bad = [u for u in unknown if u not in UNKNOWABLE]
     if bad or not unknown:
         raise PlannerError("unknown", f"{', '.join(bad) or 'nothing'}", ", ".join(UNKNOWABLE))
     grids = [_choices(u, stack) for u in unknown]
+    if math.prod(len(g) for g in grids) > MAX_COMBINATIONS:  # never a silently cut search
+        raise PlannerError(
+            "unknown", f"more than {MAX_COMBINATIONS:,} settings", "fewer unknown knobs"
+        )
     fitting: list[tuple[StepReport, Layout, Training, dict[str, Any]]] = []
-    for values in itertools.islice(itertools.product(*grids), MAX_COMBINATIONS):
+    for values in itertools.product(*grids):
         picked = dict(zip(unknown, values, strict=True))
         l_update = {k: v for k, v in picked.items() if k in ("vpp", "zero")}
         t_update = {k: v for k, v in picked.items() if k in ("micro_batch", "recompute")}

@@ -84,3 +84,9 @@ def test_validate_tunes_an_unpublished_micro_batch() -> None:
         lo, hi = c["predicted_range_tokens_per_s_per_gpu"]
         assert lo <= c["predicted_tokens_per_s_per_gpu"] <= hi + 0.01
         assert "micro_batch not published: tuned" in c["reason"]
+
+
+def test_a_knob_named_twice_is_one_knob() -> None:
+    once = tuned_prediction(MODEL, CLUSTER, LAYOUT, TRAIN, PROFILE, ("micro_batch",))
+    twice = tuned_prediction(MODEL, CLUSTER, LAYOUT, TRAIN, PROFILE, ("micro_batch", "micro_batch"))
+    assert twice.settings == once.settings and twice.picked == once.picked
