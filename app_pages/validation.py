@@ -1,8 +1,8 @@
 """Validation: predicted vs measured tokens/s per GPU for published training runs.
 
-The public cases (``shared/validation/public.yaml``, schema version 1) and the held-out MoE rows
+The public cases (the shipped copy of ``shared/validation/public.yaml``, schema version 2) and the held-out MoE rows
 (``calibration/validation/heldout_moe.yaml``, read by no fit) are simulated with the active
-calibration profile; users may upload their own cases in the same schema.
+calibration profile; users may upload their own cases in schema 1 or 2.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from app_pages import charts
 from app_pages import common as c
 from planner.errors import PlannerError
 from planner.safe_io import MAX_CASES_NODES
-from planner.validate import check_case_list, run_case, summarize, validate_file
+from planner.validate import case_file, check_case_list, run_case, summarize, validate_file
 
 PUBLIC = "Public validation cases"
 HELDOUT = "Held-out MoE rows"
@@ -39,19 +39,22 @@ def uploaded_results(text: str, prof_state: str, _profile_for: Any) -> dict:
     (cached too, so a rerun does not spend the budget again)."""
     try:
         parsed = c.parse_yaml(text, "FILE", c.MAX_CASES_UPLOAD_BYTES, MAX_CASES_NODES)
-        data = check_case_list(parsed, MAX_CASES)
+        schema, data = case_file(parsed)
+        data = check_case_list(data, MAX_CASES)
         deadline = c.Deadline("FILE", c.CASES_BUDGET_S, "simulating the cases")
         clusters = set(c.cluster_ids())
         cases = []
         for i, raw in enumerate(data):
             deadline.check(f"{i} of {len(data)} cases done")
-            cases.append(_run_uploaded(raw, clusters, _profile_for))
+            cases.append(_run_uploaded(raw, clusters, _profile_for, schema))
     except PlannerError as exc:
         return {"error": c.one_line(exc)}
     return {"cases": cases, "summary": summarize(cases)}
 
 
-def _run_uploaded(raw: Any, clusters: set[str], profile_for: Any) -> dict[str, Any]:
+def _run_uploaded(
+    raw: Any, clusters: set[str], profile_for: Any, schema: int = 1
+) -> dict[str, Any]:
     """One uploaded case: its cluster must be a shipped preset (an upload never names a file
     on the server), its id is shown as short text, and a prediction that is not finite is an
     error, never a NaN in the table."""
@@ -62,7 +65,7 @@ def _run_uploaded(raw: Any, clusters: set[str], profile_for: Any) -> dict[str, A
             f"(valid: {', '.join(sorted(clusters))})"
         )
     else:
-        case = run_case(raw, profile_for)
+        case = run_case(raw, profile_for, schema)
     case["id"] = " ".join(str(case.get("id", "?")).split())[:80]
     case["reason"] = " ".join(str(case.get("reason", "")).split())
     figures = ("predicted_tokens_per_s_per_gpu", "error_pct", "predicted_mfu_pct")
@@ -159,19 +162,20 @@ def body() -> None:
             str(path), path.stat().st_mtime, c.profile_state(), c.profile_resolver()
         )
         st.caption(
-            f"File: `{path.name}` ({len(result['cases'])} cases, schema version 1). "
+            f"File: `{path.name}` ({len(result['cases'])} cases, schema version {result['schema']}). "
             + _profiles_caption()
         )
         show(result, "public" if source == PUBLIC else "heldout")
         return
     upload = st.file_uploader(
-        "Validation cases YAML (schema version 1, at most 1 MB)",
+        "Validation cases YAML (schema version 1 or 2, at most 1 MB)",
         type=["yaml", "yml"],
         key="val_upload",
-        help="A YAML list of cases in the schema of shared/validation/README.md.",
+        help="A YAML list of cases (schema 1, shared/validation/README.md) or "
+        "{schema: 2, cases: [...]} (docs/validation-schema.md).",
     )
     if upload is None:
-        st.info("Upload a YAML list of cases in the schema of the public file.")
+        st.info("Upload validation cases in schema 1 or 2 (docs/validation-schema.md).")
         return
     try:
         text = c.read_upload(upload, "FILE")

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 import planner
 from planner.profile import CalibrationProfile
-from planner.validate import run_case
+from planner.validate import read_case_file, run_case
 
 DEFAULT = Path(__file__).resolve().parents[1] / "calibration" / "validation" / "heldout_moe.yaml"
 
@@ -30,12 +29,12 @@ def _no_host(cluster: planner.Cluster) -> CalibrationProfile:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     path = Path(argv[0]) if argv else DEFAULT
-    cases = yaml.safe_load(path.read_text())
+    schema, cases = read_case_file(path)
     print(f"{'case':58} {'measured':>9} {'predicted':>9} {'err %':>7} {'no-host %':>9}  status")
     errs: dict[str, list[float]] = {"with": [], "without": []}
     for raw in cases:
-        r = run_case(raw, planner.default_profile)
-        r0 = run_case(raw, _no_host)
+        r = run_case(raw, planner.default_profile, schema)
+        r0 = run_case(raw, _no_host, schema)
         e, e0 = r["error_pct"], r0["error_pct"]
         pred = r["predicted_tokens_per_s_per_gpu"]
         print(

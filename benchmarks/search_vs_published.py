@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from scipy.stats import spearmanr
 
@@ -40,7 +39,8 @@ from planner.errors import PlannerError
 from planner.render import compact_layout
 from planner.simulate import simulate_step
 from planner.specs.layout import Layout, Training
-from planner.validate import Case, case_inputs
+from planner.stacks import apply_stack
+from planner.validate import Case, CaseV2, case_inputs, parse_case, read_case_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CASES = ROOT / "calibration" / "validation" / "public.yaml"
@@ -71,7 +71,7 @@ class Config:
 class Sim:
     """One scored case, simulated."""
 
-    case: Case
+    case: Case | CaseV2
     model_name: str
     layout: Layout
     training: Training
@@ -110,15 +110,17 @@ GROUPINGS: dict[str, tuple[str, Callable[[Sim], tuple]]] = {
 
 def simulate_cases(path: Path) -> tuple[list[Sim], dict[str, int]]:
     """Every scored case that simulates; counts of those skipped, by reason."""
-    raw = yaml.safe_load(path.read_text())
+    schema, raw = read_case_file(path)
     sims, skipped = [], defaultdict(int)
     for item in raw:
         if not item.get("scored", True):
             skipped["unscored"] += 1
             continue
         try:
-            case = Case.model_validate(item)
-            model, cluster, layout, training, _ = case_inputs(case)
+            case = parse_case(item, schema)
+            i = case_inputs(case)
+            model, cluster = i.model, i.cluster
+            layout, training = apply_stack(i.stack, model, i.layout, i.training)
             rep = simulate_step(model, cluster, layout, training, planner.default_profile(cluster))
         except (PlannerError, ValidationError):
             skipped["cannot simulate"] += 1

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 import planner
-from planner.validate import summarize, validate_file
+from planner.validate import read_case_file, summarize, validate_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CASES = ROOT / "calibration" / "validation" / "public.yaml"
@@ -66,9 +66,7 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
 def report(cases_path: Path) -> str:
     result = validate_file(cases_path, planner.default_profile)
     cases = result["cases"]
-    import yaml
-
-    raw = {c["id"]: c for c in yaml.safe_load(cases_path.read_text())}
+    raw = {c["id"]: c for c in read_case_file(cases_path)[1]}
     moe_ids = {i for i, c in raw.items() if (c.get("model") or {}).get("moe")}
     dense = [c for c in cases if c["id"] not in moe_ids]
     moe = [c for c in cases if c["id"] in moe_ids]

@@ -1,14 +1,14 @@
 """Fit the three global in-training parameters on the public validation set, and report honestly.
 
-    python -m calibration.fit_global [calibration/validation/public.yaml]
+    python -m calibration.fit_global [calibration/validation/public.yaml] [--by source|stack]
 
 Fits ``gemm.sustained_fraction`` (in-training throughput over microbenchmark throughput),
 ``comm.overlap_contention`` (share of overlapped communication that still costs compute) and
 ``host.op_us`` (host time to issue one framework op, which binds for dropless MoE) by
 minimising a robust (soft-L1) loss of the log error of tokens/s/GPU over every scored case (scipy least_squares),
 the same three numbers for every accelerator, framework and model. It prints a leave-one-source-out
-cross-validation: each source group is predicted with parameters fitted without it, which is
-the error to expect on unseen runs. The result goes to ``calibration/global_params.json``;
+cross-validation (``--by stack``: leave-one-stack-out): each group is predicted with parameters
+fitted without it, which is the error to expect on unseen runs. The result goes to ``calibration/global_params.json``;
 ``python -m calibration.fit_public_profiles`` then writes it into every shipped profile.
 """
 
@@ -20,15 +20,18 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import yaml
 from scipy.optimize import least_squares
 
 import planner
 from planner.profile import CalibrationProfile
-from planner.validate import run_case
+from planner.validate import read_case_file, run_case
 
 OUT = Path(__file__).resolve().parent / "global_params.json"
 DEFAULT_CASES = Path(__file__).resolve().parent / "validation" / "public.yaml"
+# Every file this fit reads (tests/calibration/test_fit_inputs.py holds it to this list, and
+# keeps the independent check set out of every fit).
+READS = ("calibration/validation/public.yaml", "calibration/profiles/*.json")
+SCHEMA = 2  # of the case files it reads
 # A prior, not a fit: overlapped communication cannot cost more than half its time; an eager
 # framework op costs the host between 0 and 200 us.
 BOUNDS = ([0.3, 0.0, 0.0], [1.0, 0.5, 200.0])
@@ -53,7 +56,7 @@ def _log_errors(cases: list[dict], x: np.ndarray) -> np.ndarray:
 
     out = []
     for raw in cases:
-        r = run_case(raw, profile_for)
+        r = run_case(raw, profile_for, SCHEMA)
         if r["status"] in ("ok", "infeasible") and r["predicted_tokens_per_s_per_gpu"]:
             out.append(
                 np.log(r["predicted_tokens_per_s_per_gpu"] / r["measured_tokens_per_s_per_gpu"])
@@ -77,14 +80,30 @@ def fit(cases: list[dict], x0: np.ndarray | None = None) -> np.ndarray:
     return res.x
 
 
-def _group(case: dict) -> str:
+def _group(case: dict, by: str) -> str:
+    """A case's cross-validation group: its source (first clause) or its stack."""
+    if by == "stack":
+        return str(case.get("stack", "?"))
     return str(case.get("source", "")).split(",")[0][:60]
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    """Fit, print the leave-one-group-out table (``--by source`` or ``--by stack``), write."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    by = "source"
+    if "--by" in argv:
+        i = argv.index("--by")
+        by = argv[i + 1] if i + 1 < len(argv) else ""
+        del argv[i : i + 2]
+        if by not in ("source", "stack"):
+            raise SystemExit("--by: source or stack")
     path = Path(argv[0]) if argv else DEFAULT_CASES
-    cases = [c for c in yaml.safe_load(path.read_text()) if c.get("scored", True)]
+    schema, raw = read_case_file(path)
+    if schema != SCHEMA:
+        raise SystemExit(
+            f"{path}: the fit reads schema {SCHEMA} case files (docs/validation-schema.md)"
+        )
+    cases = [c for c in raw if c.get("scored", True)]
     x = fit(cases)
     err = _log_errors(cases, x)
     print(
@@ -94,17 +113,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     groups = defaultdict(list)
     for c in cases:
-        groups[_group(c)].append(c)
-    print(f"\n{'held-out source':60} {'n':>3} {'fit (sf, oc, op_us)':>21} {'MAPE %':>7}")
+        groups[_group(c, by)].append(c)
+    print(f"\n{'held-out ' + by:60} {'n':>3} {'fit (sf, oc, op_us)':>21} {'MAPE %':>7}")
     all_cv = []
     for name, held in groups.items():
-        rest = [c for c in cases if _group(c) != name]
+        rest = [c for c in cases if _group(c, by) != name]
         xg = fit(rest, x)
         e = np.abs(np.expm1(_log_errors(held, xg))) * 100
         all_cv.extend(e)
         print(f"{name:60} {len(held):3d} {xg[0]:6.3f},{xg[1]:6.3f},{xg[2]:6.1f} {np.mean(e):7.1f}")
     print(
-        f"\nleave-one-source-out MAPE over all cases: {np.mean(all_cv):.1f}% "
+        f"\nleave-one-{by}-out MAPE over all cases: {np.mean(all_cv):.1f}% "
         f"(median {np.median(all_cv):.1f}%)"
     )
     OUT.write_text(

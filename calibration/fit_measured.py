@@ -36,6 +36,10 @@ from planner.profile import (
 )
 from planner.specs.hardware import AcceleratorSpec
 
+# Every file this fit reads (tests/calibration/test_fit_inputs.py): none. It fits the samples
+# ``planner calibrate`` measured in this process (a SuiteResult in memory), nothing else.
+READS: tuple[str, ...] = ()
+
 CPU_COMM = {"base_latency_us": 0.0, "hierarchical_overlap": 0.5, "overlap_contention": 1.0}
 
 

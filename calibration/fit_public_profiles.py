@@ -43,6 +43,10 @@ from planner.profile import (
 from planner.specs.hardware import AcceleratorSpec
 from planner.specs.loading import ACCELERATORS_DIR, load_accelerator, shipped_ids
 
+# Every file this fit reads (tests/calibration/test_fit_inputs.py): the accelerator specs and
+# the three global numbers; the microbenchmark tables are transcribed in this module.
+READS = ("hardware_specs/accelerators/*.yaml", "calibration/global_params.json")
+
 DIM_HALF = 64.0  # GEMM dimension at half efficiency: half a 128-wide tile (assumption)
 GEMM_FIXED_US = 4.0  # launch + wave tail per GEMM kernel (assumption)
 MEM_FIXED_US = 3.0  # launch per memory-bound kernel (assumption)

@@ -160,6 +160,13 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
     for field, broken, what, valid in checks:
         if broken:
             return PlannerError(field, f"stack {stack.name!r} cannot run {what}", valid)
+    pp_zero = c.pp_zero_stages
+    if layout.pp > 1 and pp_zero is not None and layout.zero not in pp_zero:
+        return PlannerError(
+            "layout.zero",
+            f"stack {stack.name!r} cannot run ZeRO stage {layout.zero} with pipeline parallelism",
+            "zero " + " / ".join(map(str, pp_zero)) + " with pp > 1, or pp 1",
+        )
     if layout.pp > 1:
         schedule = layout.schedule or default_schedule_name(layout.vpp)
         if schedule not in c.schedules:

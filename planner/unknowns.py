@@ -24,7 +24,7 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
-from planner.stacks import apply_stack
+from planner.stacks import apply_stack, stack_violation
 
 UNKNOWABLE = ("micro_batch", "vpp", "recompute", "zero")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -55,6 +55,22 @@ def _choices(name: str, stack: StackSpec | None) -> tuple[Any, ...]:
     return stack.capabilities.zero_stages if stack else (0, 1, 2, 3)
 
 
+def _stated_violation(
+    model: ModelSpec,
+    layout: Layout,
+    training: Training,
+    stack: StackSpec | None,
+    enforce_stack: bool,
+) -> str | None:
+    """What the stack cannot run of the stated inputs, where that is tolerated (not
+    ``enforce_stack``); tuned values may not add another violation."""
+    if stack is None or enforce_stack:
+        return None
+    lay, tr = apply_stack(stack, model, layout, training)
+    violation = stack_violation(stack, lay, tr)
+    return None if violation is None else str(violation)
+
+
 def tuned_prediction(
     model: ModelSpec,
     cluster: Cluster,
@@ -63,9 +79,12 @@ def tuned_prediction(
     profile: CalibrationProfile,
     unknown: tuple[str, ...],
     stack: StackSpec | None = None,
+    enforce_stack: bool = True,
 ) -> TunedPrediction:
     """The tuned prediction over the ``unknown`` knobs (names from :data:`UNKNOWABLE`); a
-    PlannerError when a name is not one of them or no legal setting fits in memory."""
+    PlannerError when a name is not one of them or no legal setting fits in memory.
+    ``enforce_stack`` False: settings the stack cannot run are costed too (the stack of a
+    published run that is only inferred from its framework name)."""
     unknown = tuple(dict.fromkeys(unknown))  # a knob named twice is one knob
     bad = [u for u in unknown if u not in UNKNOWABLE]
     if bad or not unknown:
@@ -75,6 +94,7 @@ def tuned_prediction(
         raise PlannerError(
             "unknown", f"more than {MAX_COMBINATIONS:,} settings", "fewer unknown knobs"
         )
+    tolerated = _stated_violation(model, layout, training, stack, enforce_stack)
     fitting: list[tuple[StepReport, Layout, Training, dict[str, Any]]] = []
     for values in itertools.product(*grids):
         picked = dict(zip(unknown, values, strict=True))
@@ -87,8 +107,13 @@ def tuned_prediction(
             lay = layout.with_changes(**l_update)
             if stack is not None:  # the returned layout and training are the ones costed
                 lay, tr = apply_stack(stack, model, lay, tr)
+                violation = stack_violation(stack, lay, tr)
+                if violation is not None and str(violation) != tolerated:
+                    continue  # a tuned value the stack cannot run: not what the run used
             check_layout(model, cluster, lay, tr)
-            report = simulate_step(model, cluster, lay, tr, profile, stack=stack)
+            report = simulate_step(
+                model, cluster, lay, tr, profile, stack=stack, enforce_stack=False
+            )
         except (PlannerError, ValueError):
             continue  # not a legal setting for this model, layout or stack
         if report.fits:

@@ -10,7 +10,7 @@ from planner.costs import host, memory
 from planner.costs.flops import Gemm
 from planner.errors import PlannerError
 from planner.specs.layout import Layout, Training
-from planner.validate import Case, case_inputs, framework_recompute, stated_mtp_layers
+from planner.validate import Case, case_inputs
 
 
 @pytest.fixture(scope="module")
@@ -257,41 +257,6 @@ def _case(**over) -> Case:
     return Case.model_validate(raw)
 
 
-@pytest.mark.parametrize(
-    ("case_id", "notes", "mtp"),
-    [
-        ("ds_b200", "source case notes: DeepSeek-V3 with MTP", 1),
-        ("ds_b200", "DeepSeekV3 (w/ MTP) row", 1),
-        ("ds_b200_mtp", "", 1),
-        ("ds_gb200", "source case notes: DeepSeek-V3 without MTP.", 0),
-        ("ds_gb200", "the 1-depth MTP module is not representable in schema v1", 0),
-    ],
-)
-def test_mtp_read_from_what_the_case_states(case_id, notes, mtp):
-    case = _case(id=case_id, notes=notes)
-    assert stated_mtp_layers(case) == mtp
-    model = case_inputs(case)[0]
-    assert model.mtp_layers == mtp
-
-
-def test_bridge_mla_selective_recomputes_the_up_projection():
-    ds = planner.load_model("deepseek-v3")
-    assert framework_recompute("megatron-bridge", ds, "selective") == {
-        "recompute_modules": ("mla_up_proj",)
-    }
-    assert framework_recompute("megatron-lm", ds, "selective") == {}
-    assert framework_recompute("megatron-bridge", ds, "full") == {}
-    llama = planner.load_model("llama3.1-8b")
-    assert framework_recompute("nemo", llama, "selective") == {}
-
-
-def test_case_recompute_modules_reach_training():
-    case = _case(training={"seq_len": 4096, "global_batch": 2048, "recompute": "selective"})
-    training, notes = case_inputs(case)[3], case_inputs(case)[4]
-    assert training.recompute_modules == ("mla_up_proj",)
-    assert any("mla_up_proj" in n for n in notes)
-
-
 def test_planner_error_names_layout_for_bad_world_size():
     with pytest.raises(PlannerError, match="num_gpus"):
         case_inputs(_case(num_gpus=128))
@@ -430,40 +395,3 @@ def test_cli_prints_the_expert_split_and_recompute_modules(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "32 per GPU (EP 8)" in out and "1,024 tokens per expert" in out
     assert "recompute selective (mla_up_proj, moe_act)" in out
-
-
-def _oversized_case(notes: str) -> dict:
-    """DeepSeek-V3 on 256 B200 with micro-batch 2 and no recompute: out of memory as stated."""
-    raw = _case(notes=notes).model_dump(mode="json")
-    raw["training"]["micro_batch"] = 2
-    return raw
-
-
-def test_unstated_recompute_takes_the_lightest_that_fits():
-    """A published run fitted: where the source did not state recompute and 'none' does not
-    fit, validation assumes the lightest recompute on the ladder that does, and says so."""
-    from planner.validate import recompute_ladder, recompute_stated, run_case
-
-    stated = run_case(_oversized_case("recompute: none (stated)"), planner.default_profile)
-    assert stated["status"] == "infeasible"
-    unstated = run_case(
-        _oversized_case("recompute: not stated; none assumed"), planner.default_profile
-    )
-    assert unstated["status"] == "ok", unstated["reason"]
-    assert "recompute not stated" in unstated["reason"]
-    assert unstated["predicted_peak_memory_gib"] < stated["predicted_peak_memory_gib"]
-    # recomputing costs time
-    assert unstated["predicted_tokens_per_s_per_gpu"] < stated["predicted_tokens_per_s_per_gpu"]
-    assert not recompute_stated(_case(notes="recompute: not stated; none assumed"))
-    assert recompute_stated(_case(notes="recompute: none"))
-    ds = planner.load_model("deepseek-v3")
-    ladder = recompute_ladder(ds, Training(seq_len=4096, global_batch=8))
-    assert [t.recompute for t in ladder] == ["selective", "full"]
-    assert ladder[0].selective_modules == ("layernorm", "moe_act")
-    llama = planner.load_model("llama3.1-8b")
-    assert (
-        "moe_act"
-        not in recompute_ladder(llama, Training(seq_len=4096, global_batch=8))[0].selective_modules
-    )
-    assert recompute_ladder(ds, Training(seq_len=4096, global_batch=8, recompute="full")) == []
-    assert recompute_ladder(ds, Training(seq_len=4096, global_batch=8, offload_layers=4)) == []

@@ -10,7 +10,6 @@ from planner.errors import PlannerError
 from planner.search.export import megatron_args
 from planner.simulate import HOST_LINK_EFFICIENCY
 from planner.specs.layout import Layout, Training
-from planner.validate import Case, case_inputs, stated_offload_layers
 
 
 @pytest.fixture(scope="module")
@@ -94,28 +93,3 @@ def test_offload_in_cli_export_and_advice(run, capsys):
     assert "offload_layers" in err and "Traceback" not in err
     names = {lv.name for lv in advise(model, cluster, layout, training)}
     assert "offload 40 layers" in names
-
-
-def test_validation_reads_offload_from_the_notes():
-    raw = {
-        "id": "x",
-        "source": "test, 2025",
-        "quality": "partial",
-        "model": planner.load_model("llama3.1-70b").model_dump(
-            include={"name", "layers", "hidden", "ffn_hidden", "activation", "heads"}
-            | {"kv_heads", "head_dim", "vocab", "tied_embeddings"}
-        ),
-        "cluster": "gb200-nvl72",
-        "num_gpus": 64,
-        "framework": "megatron-bridge",
-        "layout": {"tp": 1, "pp": 1, "dp": 64, "zero": 3},
-        "training": {"seq_len": 8192, "global_batch": 256, "micro_batch": 2, "precision": "fp8"},
-        "measured": {"tokens_per_s_per_gpu": 4000.0},
-        "notes": "the GB200 FP8 FSDP recipe offloads activations of 40 layers to CPU memory",
-    }
-    case = Case.model_validate(raw)
-    assert stated_offload_layers(case) == 40
-    _, _, _, training, notes = case_inputs(case)
-    assert training.offload_layers == 40
-    assert any("offloaded" in n for n in notes)
-    assert stated_offload_layers(Case.model_validate({**raw, "notes": "no offload"})) == 0

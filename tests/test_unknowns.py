@@ -73,7 +73,7 @@ def test_cli_unknown_reports_the_pick_and_range(capsys: pytest.CaptureFixture[st
     assert out["training"]["micro_batch"] == out["tuned"]["picked"]["micro_batch"]
 
 
-def test_validate_tunes_an_unpublished_micro_batch() -> None:
+def test_validate_tunes_every_unstated_knob() -> None:
     from planner.resources import shipped_cases
     from planner.validate import validate_file
 
@@ -83,7 +83,11 @@ def test_validate_tunes_an_unpublished_micro_batch() -> None:
     for c in ranged:
         lo, hi = c["predicted_range_tokens_per_s_per_gpu"]
         assert lo <= c["predicted_tokens_per_s_per_gpu"] <= hi + 0.01
-        assert "micro_batch not published: tuned" in c["reason"]
+        assert "not stated, tuned:" in c["reason"]
+        assert c["in_range"] == (lo <= c["measured_tokens_per_s_per_gpu"] <= hi)
+    s = result["summary"]
+    assert s["n_ranged"] == len([c for c in ranged if c["status"] == "ok"])
+    assert 0 <= s["range_coverage_pct"] <= 100
 
 
 def test_a_knob_named_twice_is_one_knob() -> None:

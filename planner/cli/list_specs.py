@@ -1,4 +1,5 @@
-"""``planner list models|clusters|accelerators|stacks``: the shipped specs with a short description."""
+"""``planner list models|clusters|accelerators|stacks|frameworks``: the shipped specs with a short
+description; ``frameworks`` is the table from schema 1's framework names to shipped stacks."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ from planner.resources import STACKS_DIR
 from planner.specs.loading import ACCELERATORS_DIR, CLUSTERS_DIR, MODELS_DIR, shipped_ids
 from planner.stacks import DEFAULT_STACK
 
-KINDS = ("models", "clusters", "accelerators", "stacks")
+KINDS = ("models", "clusters", "accelerators", "stacks", "frameworks")
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``planner list`` on the ``planner`` argparse subparsers."""
     p = sub.add_parser(
-        "list", help="list shipped models, clusters, accelerators or software stacks"
+        "list",
+        help="list shipped models, clusters, accelerators, software stacks, or the framework "
+        "table validate uses for schema 1 cases",
     )
     p.add_argument("kind", choices=KINDS)
     p.add_argument("--json", action="store_true", help="print a JSON list of {id, description}")
@@ -48,8 +51,31 @@ def describe(kind: str, spec_id: str) -> str:
         return f"(invalid spec: {exc})"
 
 
+def framework_rows() -> list[tuple[str, str]]:
+    """Schema 1 framework names and the stack each stands for (planner/validate/frameworks.py)."""
+    from planner.validate.frameworks import BY_GENERATION, BY_PRECISION, FRAMEWORK_STACKS
+
+    rows = []
+    for name, stack in FRAMEWORK_STACKS.items():
+        extra = [
+            f"{s} on GPUs with FP8 tensor cores"
+            for (n, fp8), s in BY_GENERATION.items()
+            if n == name and fp8
+        ]
+        extra += [f"{s} with precision {p}" for (n, p), s in BY_PRECISION.items() if n == name]
+        rows.append((name, stack + (f" ({'; '.join(extra)})" if extra else "")))
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     """Ids of shipped specs with a short description."""
+    if args.kind == "frameworks":
+        rows = framework_rows()
+        if args.json:
+            json_out([{"id": i, "description": d} for i, d in rows])
+        else:
+            render_list(console(), args.kind, rows)
+        return 0
     directory = {
         "models": MODELS_DIR,
         "clusters": CLUSTERS_DIR,

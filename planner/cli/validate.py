@@ -18,9 +18,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "validate",
         help="compare predictions with published measurements",
-        description="Simulate every case of a validation YAML (schema 1).",
+        description="Simulate every case of a validation YAML: schema 1 (a list of cases with a "
+        "free-text framework, shared/validation/README.md) or schema 2 ({schema: 2, cases: [...]}"
+        " with a shipped stack per case, docs/validation-schema.md). Shipped files: public, "
+        "heldout_moe. Unstated knobs are tuned under the case's stack and reported as a range.",
     )
-    p.add_argument("file", metavar="FILE", help="validation cases YAML")
+    p.add_argument("file", metavar="FILE", help="validation cases YAML, or a shipped id (public)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="schema 1: a framework outside the framework table (planner list frameworks) is "
+        "the case's error (default: costed under the default stack, and the row says so)",
+    )
     p.add_argument(
         "--profile",
         default=None,
@@ -43,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         check_profile_device(fixed, cluster, args.profile_for_any_device)
         return fixed
 
-    result = validate_file(args.file, profile_for)
+    result = validate_file(args.file, profile_for, strict=args.strict)
     if args.json:
         json_out(result)
     else:

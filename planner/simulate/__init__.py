@@ -31,12 +31,15 @@ def simulate_step(
     profile: CalibrationProfile,
     check: bool = True,
     stack: StackSpec | None = None,
+    enforce_stack: bool = True,
 ) -> StepReport:
     """Predict one optimizer step of ``model`` on ``cluster`` under ``layout``.
 
     ``stack``: the software stack that runs it (:mod:`planner.stacks`): fields of ``layout``
     and ``training`` the caller did not set take the stack's values, a layout the stack cannot
-    run is a PlannerError naming it, and the report adds the reserved peak. None: the inputs are costed as given.
+    run is a PlannerError naming it (``enforce_stack`` False: costed anyway, for a published
+    run whose stack is only inferred), and the report adds the reserved peak. None: the inputs
+    are costed as given.
 
     Raises PlannerError for an illegal layout; a legal one that does not fit in memory returns
     a report with ``fits=False`` and the reason in ``feasibility``. Every figure of the report
@@ -45,7 +48,8 @@ def simulate_step(
     """
     if stack is not None:
         layout, training = apply_stack(stack, model, layout, training)
-        check_stack(stack, layout, training)
+        if enforce_stack:
+            check_stack(stack, layout, training)
     try:
         report = build_step(model, cluster, layout, training, profile, check)
     except (OverflowError, ZeroDivisionError) as exc:

@@ -109,7 +109,14 @@ def spec_classes() -> list[type[BaseModel]]:
     from planner.specs.hardware import AcceleratorSpec, ClusterSpec, PeakTflops
     from planner.specs.layout import Layout, Training
     from planner.specs.model import MLASpec, ModelSpec, MoESpec
-    from planner.validate import Case, CaseLayout, CaseMeasured, CaseTraining
+    from planner.validate import (
+        Case,
+        CaseLayout,
+        CaseMeasured,
+        CaseMeasuredV2,
+        CaseTraining,
+        CaseV2,
+    )
 
     return [
         ModelSpec,
@@ -137,6 +144,8 @@ def spec_classes() -> list[type[BaseModel]]:
         CaseLayout,
         CaseTraining,
         CaseMeasured,
+        CaseV2,
+        CaseMeasuredV2,
     ]
 
 

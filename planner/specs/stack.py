@@ -136,6 +136,13 @@ class StackCapabilities(Spec):
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         min_length=1, max_length=4, description="ZeRO stages (0 none ... 3 full shard)"
     )
+    pp_zero_stages: tuple[Literal[0, 1, 2, 3], ...] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4,
+        description="ZeRO stages that compose with pipeline parallelism (pp > 1); None: "
+        "every stage of zero_stages",
+    )
     schedules: tuple[Schedule, ...] = Field(
         min_length=1, max_length=16, description="pipeline schedules it runs (when pp > 1)"
     )

@@ -181,11 +181,11 @@ def test_argparse_rejects_bad_choice(capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.fixture
 def validation_file(tmp_path: Path) -> Path:
-    cases = yaml.safe_load(PUBLIC_CASES.read_text())[:2]
+    cases = yaml.safe_load(PUBLIC_CASES.read_text())["cases"][:2]  # schema 2
     broken = dict(cases[0], id="broken-case")
     del broken["model"]
     path = tmp_path / "cases.yaml"
-    path.write_text(yaml.safe_dump([*cases, broken], sort_keys=False))
+    path.write_text(yaml.safe_dump({"schema": 2, "cases": [*cases, broken]}, sort_keys=False))
     return path
 
 

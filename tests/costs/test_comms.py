@@ -216,16 +216,3 @@ def test_pipeline_scatter_gather_splits_the_message_over_tp():
     assert planner.simulate(model, a100, sp, tr).time_breakdown_s["pp_comm"] == pytest.approx(
         planner.simulate(model, a100, sp_sg, tr).time_breakdown_s["pp_comm"]
     )
-
-
-def test_legacy_megatron_runs_scatter_pipeline_messages():
-    from planner.validate import framework_overlaps
-
-    assert framework_overlaps("megatron-lm", False, 8, "Narayanan et al. 2021, SC21")[
-        "pp_scatter_gather"
-    ]
-    assert not framework_overlaps("megatron-lm", False, 8, "Megatron-Core 2024 recipe")[
-        "pp_scatter_gather"
-    ]
-    assert not framework_overlaps("megatron-deepspeed", False, 4, "BLOOM 2022")["pp_scatter_gather"]
-    assert not framework_overlaps("nemo", True, 8, "NeMo 24.07")["pp_scatter_gather"]

@@ -1,0 +1,136 @@
+"""The two case schemas ``planner validate`` reads, generated from the planner's own specs.
+
+Version 1 (``shared/validation/README.md``): a bare list of cases whose training software is
+the free-text ``framework``. Version 2 (``docs/validation-schema.md``): ``{schema: 2, cases:
+[...]}``, where the software is a shipped ``stack`` and every fact v1 kept in notes is a field
+(``unstated`` knobs, ``model.mtp_layers``, ``training.offload_layers``, ``training.execution``,
+``measured.peak_memory_kind``). The ``layout:`` and ``training:`` sections of both are
+generated from Layout and Training, so a field added there is accepted by cases too.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from pydantic import Field, create_model, model_validator
+from pydantic_core import PydanticUndefined
+
+from planner.specs.base import MAX_GPUS, Spec
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+SCHEMAS = (1, 2)
+Knob = Literal["micro_batch", "vpp", "recompute", "zero"]
+MemoryKind = Literal["allocated", "reserved"]
+
+
+def case_section(name: str, spec: type[Spec], required: tuple[str, ...], doc: str) -> type[Spec]:
+    """A case's ``layout:`` or ``training:`` model generated from ``spec``'s own fields: the
+    same types, ranges and descriptions (one source of truth), ``required`` as in schema 1 and
+    every other field optional, ``None`` meaning "not stated" (the stack's value, then the
+    planner's default, applies). A field added to Layout or Training is accepted by cases too."""
+    fields: dict[str, Any] = {}
+    for fname, info in spec.model_fields.items():
+        copied = copy.copy(info)
+        if fname not in required:
+            copied.default = None
+            fields[fname] = (info.annotation | None, copied)
+        else:
+            copied.default = PydanticUndefined
+            fields[fname] = (info.annotation, copied)
+    return create_model(name, __base__=Spec, __doc__=doc, **fields)
+
+
+CaseLayout = case_section(
+    "CaseLayout", Layout, ("tp", "pp", "dp"), "A case's layout (tp, pp, dp required)."
+)
+CaseTraining = case_section(
+    "CaseTraining",
+    Training,
+    ("seq_len", "global_batch"),
+    "A case's training (seq_len, global_batch required; micro_batch None: not published).",
+)
+
+
+class CaseMeasured(Spec):
+    """What the source measured (schema 1)."""
+
+    tokens_per_s_per_gpu: float = Field(ge=0.001, le=1e9, description="tokens/s per GPU")
+    mfu_pct: float | None = Field(default=None, ge=0, le=1000, description="%, as published")
+    peak_memory_gib: float | None = Field(default=None, gt=0, le=16_384, description="GiB")
+
+
+class CaseMeasuredV2(CaseMeasured):
+    """What the source measured (schema 2): the memory figure says which peak it is."""
+
+    peak_memory_kind: MemoryKind | None = Field(
+        default=None,
+        description="allocated (max_memory_allocated) or reserved (the caching allocator's "
+        "max_memory_reserved); required with peak_memory_gib",
+    )
+
+    @model_validator(mode="after")
+    def _kind_with_peak(self) -> CaseMeasuredV2:
+        if self.peak_memory_gib is not None and self.peak_memory_kind is None:
+            raise ValueError(
+                "peak_memory_kind: required with peak_memory_gib (allocated, reserved)"
+            )
+        return self
+
+
+class _CaseBase(Spec):
+    id: str = Field(min_length=1, max_length=200)
+    source: str = Field(max_length=10_000)
+    quality: Literal["verified_primary", "verified_secondary", "partial"]
+    scored: bool = True
+    model: ModelSpec
+    cluster: str = Field(min_length=1, max_length=1000)
+    num_gpus: int = Field(ge=1, le=MAX_GPUS)
+    layout: CaseLayout
+    training: CaseTraining
+    notes: str = Field(default="", max_length=100_000)
+
+
+class Case(_CaseBase):
+    """A schema 1 case: ``framework`` is free text, mapped to a stack by
+    :data:`planner.validate.frameworks.FRAMEWORK_STACKS`."""
+
+    framework: str = Field(default="", max_length=1000)
+    measured: CaseMeasured
+
+
+class CaseV2(_CaseBase):
+    """A schema 2 case (docs/validation-schema.md)."""
+
+    stack: str = Field(min_length=1, max_length=200, description="a shipped stack id or path")
+    unstated: tuple[Knob, ...] = Field(
+        default=(), max_length=4, description="knobs the source does not state"
+    )
+    measured: CaseMeasuredV2
+
+    @model_validator(mode="after")
+    def _unstated_not_given(self) -> CaseV2:
+        for knob in self.unstated:
+            section = self.layout if knob in ("vpp", "zero") else self.training
+            if getattr(section, knob) is not None:
+                raise ValueError(
+                    f"unstated: {knob} is listed as not stated but "
+                    f"{'layout' if section is self.layout else 'training'}.{knob} gives a value "
+                    "(drop one of them)"
+                )
+        return self
+
+
+__all__ = [
+    "SCHEMAS",
+    "Case",
+    "CaseLayout",
+    "CaseMeasured",
+    "CaseMeasuredV2",
+    "CaseTraining",
+    "CaseV2",
+    "Knob",
+    "MemoryKind",
+    "case_section",
+]

@@ -1,0 +1,81 @@
+"""Schema 1's free-text ``framework`` mapped to a shipped software stack: one explicit table.
+
+Schema 1 names the training software as published (``megatron-lm``, ``nemo``, ...), not the
+stack that ran it. :data:`FRAMEWORK_STACKS` says which shipped stack each name stands for;
+nothing else about a case (its source, year or notes) is read. Two rows depend on the case:
+
+* ``megatron-lm`` on an accelerator without FP8 tensor cores (A100 and older, the GPUs of the
+  2021-22 Megatron-LM papers: Narayanan et al. 2021, Korthikanti et al. 2022) is
+  ``megatron-lm-2021`` (materialised attention, dropout); on Hopper and later it can only be
+  the Megatron-Core code base that reached those GPUs (2023-), so ``megatron-core``;
+* ``torchtitan`` with ``precision: fp8`` is ``torchtitan-compiled-float8`` (torchao Float8
+  needs torch.compile); otherwise ``torchtitan-compiled`` (its published benchmark configs
+  compile the model).
+
+``planner list frameworks`` prints the table. A framework that is not in it is costed under
+:data:`planner.stacks.DEFAULT_STACK` and the case's row says so (schema 1 says an unknown
+framework must still be simulated); ``planner validate --strict`` makes it the case's error.
+"""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+from planner.specs.hardware import Cluster
+from planner.stacks import DEFAULT_STACK
+
+# framework as published (lower case, spaces and underscores as "-") -> shipped stack id
+FRAMEWORK_STACKS: dict[str, str] = {
+    "megatron-lm": "megatron-lm-2021",  # on Hopper and later: megatron-core (see module doc)
+    "megatron": "megatron-lm-2021",
+    "megatron-core": "megatron-core",
+    "mcore": "megatron-core",
+    "nemo": "nemo",
+    "nvidia-nemo": "nemo",
+    "megatron-bridge": "megatron-bridge",
+    "megatron-deepspeed": "megatron-deepspeed",
+    "deepspeed": "deepspeed-zero",
+    "deepspeed-zero": "deepspeed-zero",
+    "torchtitan": "torchtitan-compiled",  # precision fp8: torchtitan-compiled-float8
+    "torchtitan-eager": "torchtitan-eager",
+    "torchtitan-compiled": "torchtitan-compiled",
+    "torchtitan-async-tp": "torchtitan-async-tp",
+    "llm-foundry": "llm-foundry",
+    "composer": "llm-foundry",
+    "mosaicml": "llm-foundry",
+}
+# frameworks whose stack depends on the GPU generation: (framework, has FP8 tensor cores)
+BY_GENERATION: dict[tuple[str, bool], str] = {
+    ("megatron-lm", True): "megatron-core",
+    ("megatron", True): "megatron-core",
+}
+# frameworks whose stack depends on the training precision
+BY_PRECISION: dict[tuple[str, str], str] = {
+    ("torchtitan", "fp8"): "torchtitan-compiled-float8",
+}
+
+
+def normalise(framework: str) -> str:
+    """The table key of a published framework name."""
+    return "-".join(framework.lower().replace("_", " ").split())
+
+
+def stack_for_framework(
+    framework: str, cluster: Cluster, precision: str | None, strict: bool = False
+) -> tuple[str, str | None]:
+    """The shipped stack id for a schema 1 case, and a note when the framework is not in the
+    table (costed under the default stack); ``strict``: that is a PlannerError instead."""
+    key = normalise(framework)
+    if key not in FRAMEWORK_STACKS:
+        valid = ", ".join(sorted(FRAMEWORK_STACKS))
+        if strict:
+            raise PlannerError("framework", f"{framework!r} is not a known framework", valid)
+        return DEFAULT_STACK, (
+            f"framework {framework!r} is not in the framework table ({valid}): costed under "
+            f"the default stack {DEFAULT_STACK}"
+        )
+    has_fp8 = cluster.accelerator.peak_tflops.fp8 is not None
+    stack = BY_GENERATION.get((key, has_fp8)) or BY_PRECISION.get((key, precision or ""))
+    return stack or FRAMEWORK_STACKS[key], None
+
+
+__all__ = ["BY_GENERATION", "BY_PRECISION", "FRAMEWORK_STACKS", "normalise", "stack_for_framework"]

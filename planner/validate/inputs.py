@@ -1,0 +1,96 @@
+"""One case of either schema as the specs the simulator costs, and what the case left open.
+
+:func:`case_inputs` turns a :class:`~planner.validate.cases.Case` (schema 1) or
+:class:`~planner.validate.cases.CaseV2` into a :class:`CaseInputs`: the model, the cluster, the
+stack (schema 1: :func:`~planner.validate.frameworks.stack_for_framework`; schema 2: the
+case's own), a Layout and a Training holding only what the case states (the stack fills the
+rest when the case is run), and the unstated knobs the run will tune. No free text is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.errors import PlannerError
+from planner.resources import STACKS_DIR
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.loading import load_cluster, load_stack, shipped_ids
+from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
+from planner.validate.cases import Case, CaseV2
+from planner.validate.frameworks import stack_for_framework
+
+
+@dataclass
+class CaseInputs:
+    """What one case gives the simulator."""
+
+    model: ModelSpec
+    cluster: Cluster
+    layout: Layout  # only the stated fields are set (``model_fields_set``)
+    training: Training
+    stack: StackSpec
+    # schema 2 names the stack that ran: what it cannot run is the case's error. Schema 1 only
+    # names a framework: a layout its stack cannot run is costed as given (and noted).
+    enforce_stack: bool
+    unstated: tuple[str, ...]  # knobs to tune (planner.unknowns)
+    memory_kind: str  # which measured peak: allocated or reserved
+    notes: list[str] = field(default_factory=list)
+
+
+def _unstated(case: Case | CaseV2, listed: tuple[str, ...]) -> tuple[str, ...]:
+    """Listed knobs plus those the case leaves null: micro_batch, vpp (with a pipeline),
+    recompute and zero."""
+    nulls = {
+        "micro_batch": case.training.micro_batch is None,
+        "vpp": case.layout.vpp is None and case.layout.pp > 1,
+        "recompute": case.training.recompute is None,
+        "zero": case.layout.zero is None,
+    }
+    return tuple(k for k in ("micro_batch", "vpp", "recompute", "zero") if k in listed or nulls[k])
+
+
+def _stated(case: Case | CaseV2) -> tuple[Layout, Training]:
+    layout = Layout(**case.layout.model_dump(exclude_none=True))
+    training = Training(**case.training.model_dump(exclude_none=True))
+    return layout, training
+
+
+def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
+    """The specs of one case; a PlannerError naming the field when they cannot be built."""
+    cluster = load_cluster(case.cluster)
+    notes: list[str] = []
+    if isinstance(case, CaseV2):
+        stacks = shipped_ids(STACKS_DIR)  # a case names a shipped stack, never a path
+        if case.stack not in stacks:
+            raise PlannerError("stack", f"{case.stack!r} is not a shipped stack", ", ".join(stacks))
+        stack, enforce, listed = load_stack(case.stack), True, case.unstated
+    else:
+        stack_id, note = stack_for_framework(
+            case.framework, cluster, case.training.precision, strict
+        )
+        stack, enforce, listed = load_stack(stack_id), False, ()
+        notes.append(note or f"framework {case.framework!r}: stack {stack_id}")
+    layout, training = _stated(case)
+    if layout.world_size != case.num_gpus:
+        raise PlannerError(
+            "layout",
+            f"tp*cp*dp*pp = {layout.world_size} but num_gpus = {case.num_gpus}",
+            "factors whose product equals num_gpus",
+        )
+    memory_kind = getattr(case.measured, "peak_memory_kind", None) or stack.memory.reported_peak
+    return CaseInputs(
+        case.model,
+        cluster,
+        layout,
+        training,
+        stack,
+        enforce,
+        _unstated(case, listed),
+        memory_kind,
+        notes,
+    )
+
+
+__all__ = ["CaseInputs", "case_inputs"]

@@ -1,0 +1,261 @@
+"""Run validation cases: each case simulated under its stack, its unstated knobs tuned.
+
+One policy for what a case leaves open (:mod:`planner.unknowns`): every unstated knob
+(micro-batch, interleaving depth, recompute, ZeRO stage) takes the fastest legal value under
+the case's stack that fits in memory (what the tuned, published run used), and the row carries
+the range of tokens/s/GPU over every value that fits. A case that cannot be read or costed
+gets status "error" naming the field at fault; the run goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.resources import cases_path
+from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
+from planner.simulate import simulate_step
+from planner.specs.loading import read_yaml_file
+from planner.stacks import apply_stack, stack_violation
+from planner.unknowns import tuned_prediction
+from planner.validate.cases import SCHEMAS, Case, CaseV2
+from planner.validate.inputs import CaseInputs, case_inputs
+
+
+def _case_id(raw: Any) -> str:
+    """The case's id as a short string for its result row; an id that is not a short string
+    (a list, a YAML alias tree) is never copied into the results."""
+    value = raw.get("id") if isinstance(raw, dict) else None
+    if isinstance(value, str) and 0 < len(value) <= 200:
+        return value
+    return "?"
+
+
+def _empty_row(case_id: str) -> dict[str, Any]:
+    return {
+        "id": case_id,
+        "status": "error",
+        "reason": "",
+        "predicted_tokens_per_s_per_gpu": None,
+        "measured_tokens_per_s_per_gpu": None,
+        "error_pct": None,
+        "predicted_mfu_pct": None,
+        "predicted_peak_memory_gib": None,
+        "measured_peak_memory_gib": None,
+    }
+
+
+def parse_case(raw: Any, schema: int = 1) -> Case | CaseV2:
+    """One raw case mapping of ``schema`` as its model; a PlannerError naming the field."""
+    if not isinstance(raw, dict):
+        raise PlannerError("case", "expected a mapping", f"a case of schema version {schema}")
+    try:
+        return (CaseV2 if schema == 2 else Case).model_validate(raw)
+    except ValidationError as exc:
+        raise pydantic_error_to_planner(exc) from None
+
+
+def run_case(raw: Any, profile_for: Any, schema: int = 1, strict: bool = False) -> dict:
+    """Simulate one raw case mapping; never raises: any failure is this case's error row.
+    ``strict``: a schema 1 framework outside the framework table is an error."""
+    out = _empty_row(_case_id(raw))
+    try:
+        case = parse_case(raw, schema)
+        out["measured_tokens_per_s_per_gpu"] = case.measured.tokens_per_s_per_gpu
+        out["measured_peak_memory_gib"] = case.measured.peak_memory_gib
+        out["scored"] = case.scored
+        out["cluster"] = case.cluster
+        out["source"] = case.source.split(",")[0]
+        inputs = case_inputs(case, strict)
+        out["stack"] = inputs.stack.name
+        return _simulate_case(out, case, inputs, profile_for(inputs.cluster))
+    except PlannerError as exc:
+        out["reason"] = " ".join(str(exc).split())
+    except Exception as exc:  # noqa: BLE001 - any failure is this case's row; the others run
+        # (inputs are bounded where they are read, so this names a planner bug for this case)
+        out["reason"] = f"case: cannot be simulated ({type(exc).__name__}: {str(exc)[:200]})"
+    return out
+
+
+def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: Any) -> dict:
+    """The row of one case: its stated inputs under its stack, the unstated knobs tuned."""
+    i, notes = inputs, list(inputs.notes)
+    layout, training = apply_stack(i.stack, i.model, i.layout, i.training)
+    violation = stack_violation(i.stack, layout, training)
+    if violation is not None:
+        if i.enforce_stack:
+            raise violation
+        notes.append(f"{' '.join(str(violation).split())}: costed as the case states it")
+    rep = simulate_step(
+        i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
+    )
+    if i.unstated:
+        try:
+            tuned = tuned_prediction(
+                i.model,
+                i.cluster,
+                i.layout,
+                i.training,
+                profile,
+                i.unstated,
+                i.stack,
+                enforce_stack=i.enforce_stack,
+            )
+        except PlannerError as exc:
+            notes.append(f"not stated: {', '.join(i.unstated)}; {' '.join(str(exc).split())}")
+        else:
+            lo, hi = tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
+            out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
+            meas = case.measured.tokens_per_s_per_gpu
+            out["in_range"] = bool(lo <= meas <= hi)
+            picked = ", ".join(
+                f"{k} {v if v is not None else 'none'}" for k, v in tuned.picked.items()
+            )
+            notes.append(
+                f"not stated, tuned: {picked}, the fastest of {tuned.settings} settings that "
+                f"fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
+            )
+            rep = tuned.report
+    return _case_result(out, case, rep, notes, i.memory_kind)
+
+
+def _case_result(
+    out: dict, case: Case | CaseV2, rep: Any, notes: list[str], memory_kind: str
+) -> dict:
+    """Fill a case's result row from its report (every figure finite: simulate checks)."""
+    pred = rep.tokens_per_s_per_gpu
+    meas = case.measured.tokens_per_s_per_gpu
+    peak = rep.peak_reserved_gib if memory_kind == "reserved" else rep.peak_memory_gib
+    out.update(
+        {
+            "status": "ok" if rep.fits else "infeasible",
+            "reason": "; ".join(notes + rep.feasibility),
+            "predicted_tokens_per_s_per_gpu": round(pred, 2),
+            "error_pct": round((pred - meas) / meas * 100.0, 2),
+            "predicted_mfu_pct": round(rep.mfu_pct, 2),
+            "predicted_peak_memory_gib": round(peak, 2),
+            "predicted_peak_memory_kind": memory_kind,
+        }
+    )
+    return out
+
+
+def summarize(cases: list[dict]) -> dict:
+    """Error summary over scored cases with status ok (shared/validation/README.md), and the
+    share of cases with a predicted range whose measurement falls inside it."""
+    ok = [c for c in cases if c["status"] == "ok" and _finite(c.get("error_pct"))]
+    scored = [c for c in ok if c.get("scored", True)]
+    ape = np.array([abs(c["error_pct"]) for c in scored], dtype=float)
+    mem = [
+        abs(c["predicted_peak_memory_gib"] - c["measured_peak_memory_gib"])
+        / c["measured_peak_memory_gib"]
+        * 100
+        for c in ok
+        if c.get("measured_peak_memory_gib")
+    ]
+    ranged = [c for c in ok if "in_range" in c]
+
+    def stat(fn: Any) -> float | None:
+        return round(float(fn(ape)), 2) if ape.size else None
+
+    return {
+        "n": len(cases),
+        "n_ok": len(ok),
+        "n_scored": len(scored),
+        "mape_pct": stat(np.mean),
+        "median_ape_pct": stat(np.median),
+        "p90_ape_pct": stat(lambda a: np.percentile(a, 90)),
+        "max_ape_pct": stat(np.max),
+        "memory_mape_pct": round(float(np.mean(mem)), 2) if mem else None,
+        "n_memory": len(mem),
+        "n_ranged": len(ranged),
+        "range_coverage_pct": (
+            round(100.0 * sum(c["in_range"] for c in ranged) / len(ranged), 1) if ranged else None
+        ),
+    }
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def check_case_list(data: Any, max_cases: int = MAX_CASES_PER_FILE) -> list[Any]:
+    """A list of raw cases checked: at most ``max_cases`` cases whose ids are unique (a case
+    repeated through YAML aliases would be simulated once per copy, and its rows could not be
+    told apart)."""
+    if not isinstance(data, list):
+        raise PlannerError(
+            "FILE",
+            f"expected a YAML list of cases, got {type(data).__name__}",
+            "schema version 1 (a list of case mappings) or 2 ({schema: 2, cases: [...]})",
+        )
+    if len(data) > max_cases:
+        raise PlannerError(
+            "FILE", f"{len(data):,} cases", f"at most {max_cases:,} cases per file (split it)"
+        )
+    seen: dict[int, str] = {}
+    ids: set[str] = set()
+    for i, raw in enumerate(data):
+        if id(raw) in seen:  # the same node twice: an alias of an earlier case
+            raise PlannerError(
+                f"FILE[{i}]", f"repeats case {seen[id(raw)]!r} (a YAML alias)", "unique cases"
+            )
+        case_id = _case_id(raw)
+        seen[id(raw)] = case_id
+        if case_id != "?" and case_id in ids:
+            raise PlannerError(f"FILE[{i}].id", f"duplicate id {case_id!r}", "unique case ids")
+        ids.add(case_id)
+    return data
+
+
+def case_file(data: Any) -> tuple[int, list[Any]]:
+    """A parsed validation file as (schema version, raw cases): a bare list is schema 1, a
+    mapping ``{schema: 2, cases: [...]}`` schema 2."""
+    if isinstance(data, dict):
+        schema = data.get("schema")
+        if schema not in SCHEMAS or schema == 1 or set(data) - {"schema", "cases"}:
+            raise PlannerError(
+                "FILE.schema",
+                f"{schema!r} with keys {sorted(map(str, data))}",
+                "a list of cases (schema 1) or {schema: 2, cases: [...]}",
+            )
+        return 2, check_case_list(data.get("cases"))
+    return 1, check_case_list(data)
+
+
+def read_case_file(path: str | Path) -> tuple[int, list[Any]]:
+    """A validation file (a path, or a shipped id: ``public``, ``heldout_moe``) as
+    (schema version, raw cases)."""
+    return case_file(read_yaml_file(cases_path(path), "FILE", MAX_CASES_BYTES, MAX_CASES_NODES))
+
+
+def validate_cases(
+    schema: int, raw_cases: list[Any], profile_for: Any, strict: bool = False
+) -> dict:
+    """Rows and summary for raw cases of ``schema``."""
+    cases = [run_case(raw, profile_for, schema, strict) for raw in raw_cases]
+    return {"schema": schema, "cases": cases, "summary": summarize(cases)}
+
+
+def validate_file(path: str | Path, profile_for: Any, strict: bool = False) -> dict:
+    """Run every case of a validation file (a path, or a shipped id: ``public``,
+    ``heldout_moe``); ``profile_for(cluster) -> CalibrationProfile``."""
+    schema, raw_cases = read_case_file(path)
+    return validate_cases(schema, raw_cases, profile_for, strict)
+
+
+__all__ = [
+    "case_file",
+    "check_case_list",
+    "parse_case",
+    "read_case_file",
+    "run_case",
+    "summarize",
+    "validate_cases",
+    "validate_file",
+]

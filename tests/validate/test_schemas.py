@@ -1,0 +1,266 @@
+"""Schema 1 and 2 validation cases: the framework table, structured fields, unstated knobs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from pydantic import ValidationError
+
+import planner
+from planner.errors import PlannerError
+from planner.stacks import DEFAULT_STACK, apply_stack
+from planner.validate import (
+    CaseV2,
+    case_file,
+    case_inputs,
+    parse_case,
+    read_case_file,
+    run_case,
+    stack_for_framework,
+)
+from planner.validate.frameworks import normalise
+
+MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "activation", "heads", "kv_heads"} | {
+    "head_dim",
+    "vocab",
+    "tied_embeddings",
+    "moe",
+    "mla",
+}
+
+
+def _v1(model: str = "llama3.1-8b", **over) -> dict:
+    raw = {
+        "id": "x",
+        "source": "test",
+        "quality": "partial",
+        "model": planner.load_model(model).model_dump(include=MODEL_KEYS, mode="json"),
+        "cluster": "dgx-h100",
+        "num_gpus": 8,
+        "framework": "megatron-core",
+        "layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 1},
+        "training": {"seq_len": 8192, "global_batch": 128, "micro_batch": 1, "recompute": "full"},
+        "measured": {"tokens_per_s_per_gpu": 9000.0},
+    }
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return raw
+
+
+def _v2(model: str = "llama3.1-8b", **over) -> dict:
+    raw = _v1(model, **over)
+    raw["stack"] = raw.pop("framework")
+    return raw
+
+
+# ------------------------------------------------------------------ the framework table
+
+
+def test_framework_table_maps_names_to_shipped_stacks():
+    a100, h100 = planner.load_cluster("dgx-a100-80gb"), planner.load_cluster("dgx-h100")
+    assert stack_for_framework("megatron-lm", a100, "fp16") == ("megatron-lm-2021", None)
+    assert stack_for_framework("Megatron LM", h100, "bf16") == ("megatron-core", None)
+    assert stack_for_framework("torchtitan", h100, "fp8")[0] == "torchtitan-compiled-float8"
+    assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-compiled"
+    assert stack_for_framework("llm-foundry", h100, None)[0] == "llm-foundry"
+    assert normalise(" NeMo_Framework ") == "nemo-framework"
+    stack, note = stack_for_framework("my-own-trainer", h100, None)
+    assert stack == DEFAULT_STACK and "my-own-trainer" in note and "torchtitan" in note
+    with pytest.raises(PlannerError, match="framework.*my-own-trainer.*megatron-lm"):
+        stack_for_framework("my-own-trainer", h100, None, strict=True)
+
+
+def test_every_table_entry_is_a_shipped_stack():
+    from planner.validate.frameworks import BY_GENERATION, BY_PRECISION, FRAMEWORK_STACKS
+
+    for stack in [*FRAMEWORK_STACKS.values(), *BY_GENERATION.values(), *BY_PRECISION.values()]:
+        planner.load_stack(stack)
+
+
+def test_v1_case_takes_its_stacks_kernels():
+    raw = _v1(
+        "gpt3-175b",
+        cluster="dgx-a100-80gb",
+        num_gpus=64,
+        framework="megatron-lm",
+        layout={"tp": 8, "pp": 8, "dp": 1, "zero": 0, "vpp": 1},
+        training={"seq_len": 2048, "global_batch": 64, "recompute": "full", "precision": "fp16"},
+    )
+    i = case_inputs(parse_case(raw))
+    assert i.stack.name == "megatron-lm-2021" and not i.enforce_stack
+    layout, training = apply_stack(i.stack, i.model, i.layout, i.training)
+    assert training.attention_kernel == "unfused" and training.dropout
+    assert layout.pp_scatter_gather
+    h100 = case_inputs(parse_case({**raw, "cluster": "dgx-h100"}))
+    assert h100.stack.name == "megatron-core"
+
+
+def test_unknown_framework_is_costed_and_said_or_strictly_an_error():
+    raw = _v1(framework="homegrown")
+    row = run_case(raw, planner.default_profile)
+    assert row["status"] == "ok" and "homegrown" in row["reason"]
+    strict = run_case(raw, planner.default_profile, strict=True)
+    assert strict["status"] == "error" and "framework" in strict["reason"]
+
+
+def test_notes_are_never_read():
+    """What v1 only says in notes changes nothing: v2 has fields for it."""
+    plain = run_case(
+        _v1(
+            "deepseek-v3",
+            cluster="dgx-b200",
+            num_gpus=256,
+            framework="megatron-bridge",
+            layout={"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1, "vpp": 1},
+        ),
+        planner.default_profile,
+    )
+    noted = run_case(
+        _v1(
+            "deepseek-v3",
+            cluster="dgx-b200",
+            num_gpus=256,
+            framework="megatron-bridge",
+            layout={"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1, "vpp": 1},
+            notes="trained with MTP; offloads activations of 40 layers; recompute: not stated",
+        ),
+        planner.default_profile,
+    )
+    for key in ("status", "predicted_tokens_per_s_per_gpu", "predicted_peak_memory_gib"):
+        assert plain[key] == noted[key]
+
+
+def test_v1_layout_outside_the_stack_is_costed_with_a_note_v2_is_refused():
+    over = {"layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 3}, "cluster": "dgx-a100-80gb"}
+    v1 = run_case(_v1(framework="megatron-lm", **over), planner.default_profile)
+    assert v1["status"] == "ok" and "megatron-lm-2021" in v1["reason"]
+    assert "cannot run ZeRO stage 3" in v1["reason"]
+    v2 = run_case(_v2(framework="megatron-lm-2021", **over), planner.default_profile, 2)
+    assert v2["status"] == "error" and "megatron-lm-2021" in v2["reason"]
+
+
+# ------------------------------------------------------------------ schema 2 fields
+
+
+def test_v2_names_a_shipped_stack_never_a_path():
+    row = run_case(_v2(framework="../stacks/nemo.yaml"), planner.default_profile, 2)
+    assert row["status"] == "error" and "not a shipped stack" in row["reason"]
+
+
+def test_v2_unstated_knob_must_not_also_be_given():
+    with pytest.raises(ValidationError, match="unstated"):
+        CaseV2.model_validate({**_v2(), "unstated": ["micro_batch"]})
+    with pytest.raises(ValidationError):
+        CaseV2.model_validate({**_v2(), "unstated": ["tp"]})
+
+
+def test_v2_memory_figure_states_its_kind():
+    raw = _v2(measured={"tokens_per_s_per_gpu": 9000.0, "peak_memory_gib": 60.0})
+    with pytest.raises(ValidationError, match="peak_memory_kind"):
+        CaseV2.model_validate(raw)
+    rows = {}
+    for kind in ("allocated", "reserved"):
+        raw["measured"]["peak_memory_kind"] = kind
+        rows[kind] = run_case(copy.deepcopy(raw), planner.default_profile, 2)
+        assert rows[kind]["predicted_peak_memory_kind"] == kind
+    assert (
+        rows["reserved"]["predicted_peak_memory_gib"]
+        > rows["allocated"]["predicted_peak_memory_gib"]
+    )
+
+
+def test_v2_structured_mtp_and_offload_reach_the_simulation():
+    base = _v2(
+        "deepseek-v3",
+        cluster="dgx-b200",
+        num_gpus=256,
+        framework="megatron-bridge",
+        layout={"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1, "vpp": 1},
+    )
+    mtp = copy.deepcopy(base)
+    mtp["model"]["mtp_layers"] = 1
+    r0, r1 = (run_case(r, planner.default_profile, 2) for r in (base, mtp))
+    assert r1["predicted_tokens_per_s_per_gpu"] < r0["predicted_tokens_per_s_per_gpu"]
+    off = _v2(
+        "llama3.1-70b",
+        cluster="gb200-nvl72",
+        num_gpus=64,
+        framework="megatron-bridge",
+        layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3},
+        training={
+            "seq_len": 8192,
+            "global_batch": 256,
+            "micro_batch": 2,
+            "precision": "fp8",
+            "offload_layers": 40,
+        },
+    )
+    assert case_inputs(parse_case(off, 2)).training.offload_layers == 40
+
+
+def test_v2_unstated_recompute_is_tuned_stated_none_is_not():
+    over = {
+        "layout": {"tp": 2, "pp": 1, "dp": 4, "zero": 1, "sequence_parallel": True},
+        "training": {"seq_len": 8192, "global_batch": 64, "micro_batch": 4, "recompute": "none"},
+    }
+    stated = run_case(_v2(**over), planner.default_profile, 2)
+    assert stated["status"] == "infeasible"
+    raw = _v2(**over)
+    del raw["training"]["recompute"]
+    raw["unstated"] = ["recompute"]
+    tuned = run_case(raw, planner.default_profile, 2)
+    assert tuned["status"] == "ok", tuned["reason"]
+    assert "not stated, tuned: recompute" in tuned["reason"]
+    lo, hi = tuned["predicted_range_tokens_per_s_per_gpu"]
+    assert lo <= tuned["predicted_tokens_per_s_per_gpu"] <= hi
+
+
+def test_file_schema_is_told_by_its_shape():
+    assert case_file([_v1()])[0] == 1
+    assert case_file({"schema": 2, "cases": [_v2()]})[0] == 2
+    for bad in ({"schema": 3, "cases": []}, {"schema": 2, "cases": [], "extra": 1}, {"cases": []}):
+        with pytest.raises(PlannerError, match="schema"):
+            case_file(bad)
+
+
+# ------------------------------------------------------------------ v1 and v2 agree
+
+FRAMEWORK_OF = {
+    "megatron-lm-2021": "megatron-lm",
+    "megatron-core": "megatron-core",
+    "megatron-deepspeed": "megatron-deepspeed",
+    "nemo": "nemo",
+    "megatron-bridge": "megatron-bridge",
+    "llm-foundry": "llm-foundry",
+}
+
+
+def _as_v1(raw: dict) -> dict:
+    """A shipped schema 2 case written in schema 1: unstated knobs as nulls."""
+    v1 = copy.deepcopy(raw)
+    v1["framework"] = FRAMEWORK_OF[v1.pop("stack")]
+    for knob in v1.pop("unstated", []):
+        section = "layout" if knob in ("vpp", "zero") else "training"
+        v1[section][knob] = None
+    v1["measured"].pop("peak_memory_kind", None)
+    return v1
+
+
+@pytest.mark.parametrize("name", ["public", "heldout_moe"])
+def test_v1_and_v2_give_the_same_predictions(name):
+    schema, cases = read_case_file(name)
+    assert schema == 2
+    for raw in cases[::5]:
+        r2 = run_case(raw, planner.default_profile, 2)
+        r1 = run_case(_as_v1(raw), planner.default_profile, 1)
+        assert r2["status"] == "ok", (raw["id"], r2["reason"])
+        for key in (
+            "status",
+            "predicted_tokens_per_s_per_gpu",
+            "predicted_range_tokens_per_s_per_gpu",
+        ):
+            assert r1.get(key) == r2.get(key), (raw["id"], key)
