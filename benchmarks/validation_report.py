@@ -127,6 +127,18 @@ def report(cases_path: Path) -> str:
         "",
         _table(rows, ["source", "n", "not ok", "mean error %", "MAPE %", "max |error| %"]),
         "",
+        "## Independent set (no fit reads it)",
+        "",
+        "`python benchmarks/independent.py`: the schema 2 runs under `benchmarks/independent/`"
+        " (sources in each case), per stack. `sc`: scored ok; `OOM`: predicted out of memory"
+        " (runs that trained); `mem`: runs with a measured peak, compared with the prediction"
+        " of the same kind (allocated or reserved); `rng`/`cover`: runs with unstated knobs and"
+        " the share whose measurement lies in the predicted range.",
+        "",
+        "```",
+        _independent_table(),
+        "```",
+        "",
         NOTES,
         "## Every case",
         "",
@@ -151,6 +163,21 @@ def report(cases_path: Path) -> str:
         )
     )
     return "\n".join(lines) + "\n"
+
+
+def _independent_table() -> str:
+    """``benchmarks/independent.py``'s table, as printed."""
+    import contextlib
+    import io
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import independent
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        independent.main([])
+    return buf.getvalue().rstrip()
 
 
 def main() -> None:

@@ -93,6 +93,10 @@ def layer_activation_bytes(
     has_mlp = mlp_spec.kind != "none"
     n_blocks = 2 if has_mlp else 1
     modules = set(training.selective_modules)
+    if "alternate_mm" in modules and mixer.kind == "attention" and mlp_spec.kind == "dense":
+        return alternate_mm_activation_bytes(model, spec, tok, t, seq_split) * scale
+    if "alternate_mm" in modules:  # other layer kinds: the policy keeps what core_attn keeps
+        modules = (modules - {"alternate_mm"}) | {"core_attn"}
     # replicated (outside the TP region): norm inputs, mixer and MLP inputs, dropout masks;
     # layernorm recompute discards the norm outputs (the block inputs) and re-runs the norms
     block_in = 0.0 if "layernorm" in modules else gin * tok * h
@@ -106,6 +110,19 @@ def layer_activation_bytes(
     replicated += router
     sharded = kept.tp_region + kept.out_proj_input + mlp + kept.core
     return (replicated / seq_split + sharded / t) * scale
+
+
+def alternate_mm_activation_bytes(
+    model: ModelSpec, spec: LayerSpec, tok: float, tp: int, seq_split: int
+) -> float:
+    """Saved bytes (at 2 bytes an element) of one attention + dense-MLP layer under torchtitan's
+    op-level selective checkpointing (:mod:`planner.costs.recompute`, ``alternate_mm``): the
+    block input and the w2 output (replicated, split with sequence parallelism), and inside
+    the TP region the q, v and w1 matmul outputs, the SDPA output and its log-sum-exp."""
+    ffn = getattr(spec.mlp, "ffn_hidden", None) or model.ffn_hidden
+    replicated = 2.0 * 2.0 * tok * model.hidden  # 2 tensors of 2 bytes an element
+    sharded = 2.0 * tok * (model.q_dim + model.kv_dim + ffn + model.v_dim + 2.0 * model.heads)
+    return replicated / seq_split + sharded / tp
 
 
 def layers_in_flight(

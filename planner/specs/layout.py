@@ -33,7 +33,14 @@ UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add"]
 CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
 # Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
 RecomputeModule = Literal[
-    "core_attn", "mla_up_proj", "moe_act", "mlp", "layernorm", "moe", "shared_experts"
+    "core_attn",
+    "mla_up_proj",
+    "moe_act",
+    "mlp",
+    "layernorm",
+    "moe",
+    "shared_experts",
+    "alternate_mm",  # torchtitan selective op AC: every other matmul, norms and activations
 ]
 DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 
