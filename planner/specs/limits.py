@@ -109,14 +109,7 @@ def spec_classes() -> list[type[BaseModel]]:
     from planner.specs.hardware import AcceleratorSpec, ClusterSpec, PeakTflops
     from planner.specs.layout import Layout, Training
     from planner.specs.model import MLASpec, ModelSpec, MoESpec
-    from planner.validate import (
-        Case,
-        CaseLayout,
-        CaseMeasured,
-        CaseMeasuredV2,
-        CaseTraining,
-        CaseV2,
-    )
+    from planner.validate import cases as vc
 
     return [
         ModelSpec,
@@ -140,12 +133,12 @@ def spec_classes() -> list[type[BaseModel]]:
         HostOverhead,
         CollectiveFit,
         MeasuredDevice,
-        Case,
-        CaseLayout,
-        CaseTraining,
-        CaseMeasured,
-        CaseV2,
-        CaseMeasuredV2,
+        vc.Case,
+        vc.CaseLayout,
+        vc.CaseTraining,
+        vc.CaseMeasured,
+        vc.CaseV2,
+        vc.CaseMeasuredV2,
     ]
 
 

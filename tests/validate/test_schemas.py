@@ -107,29 +107,19 @@ def test_unknown_framework_is_costed_and_said_or_strictly_an_error():
     assert strict["status"] == "error" and "framework" in strict["reason"]
 
 
+DS_ON_B200 = {
+    "cluster": "dgx-b200",
+    "num_gpus": 256,
+    "framework": "megatron-bridge",
+    "layout": {"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1, "vpp": 1},
+}
+
+
 def test_notes_are_never_read():
     """What v1 only says in notes changes nothing: v2 has fields for it."""
-    plain = run_case(
-        _v1(
-            "deepseek-v3",
-            cluster="dgx-b200",
-            num_gpus=256,
-            framework="megatron-bridge",
-            layout={"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1, "vpp": 1},
-        ),
-        planner.default_profile,
-    )
-    noted = run_case(
-        _v1(
-            "deepseek-v3",
-            cluster="dgx-b200",
-            num_gpus=256,
-            framework="megatron-bridge",
-            layout={"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1, "vpp": 1},
-            notes="trained with MTP; offloads activations of 40 layers; recompute: not stated",
-        ),
-        planner.default_profile,
-    )
+    plain = run_case(_v1("deepseek-v3", **DS_ON_B200), planner.default_profile)
+    notes = "trained with MTP; offloads activations of 40 layers; recompute: not stated"
+    noted = run_case(_v1("deepseek-v3", **DS_ON_B200, notes=notes), planner.default_profile)
     for key in ("status", "predicted_tokens_per_s_per_gpu", "predicted_peak_memory_gib"):
         assert plain[key] == noted[key]
 
@@ -174,13 +164,7 @@ def test_v2_memory_figure_states_its_kind():
 
 
 def test_v2_structured_mtp_and_offload_reach_the_simulation():
-    base = _v2(
-        "deepseek-v3",
-        cluster="dgx-b200",
-        num_gpus=256,
-        framework="megatron-bridge",
-        layout={"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1, "vpp": 1},
-    )
+    base = _v2("deepseek-v3", **DS_ON_B200)
     mtp = copy.deepcopy(base)
     mtp["model"]["mtp_layers"] = 1
     r0, r1 = (run_case(r, planner.default_profile, 2) for r in (base, mtp))
