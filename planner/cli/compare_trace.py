@@ -20,6 +20,7 @@ from rich.table import Table
 import planner
 from planner.cli.common import CLUSTER_HELP, MODEL_HELP, add_profile_device_flag
 from planner.cli.common import console as stdout_console
+from planner.cli.inputs import add_stack_flag, with_stack
 from planner.errors import PlannerError
 from planner.kineto import KinetoTrace, compare, load_kineto
 from planner.report import StepReport
@@ -52,6 +53,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
     add_profile_device_flag(p)
+    add_stack_flag(p)
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     return p
 
@@ -69,9 +71,12 @@ def _simulate(args: argparse.Namespace) -> StepReport:
             "a layout YAML with layout and training (planner search --export-dir writes one)",
         )
     gpus = file_gpus or layout.world_size
+    stack, layout, training = with_stack(args, model, layout, training)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
     profile = planner.load_profile(args.profile) if args.profile else None
-    return planner.simulate(model, cluster, layout, training, profile, args.profile_for_any_device)
+    return planner.simulate(
+        model, cluster, layout, training, profile, args.profile_for_any_device, stack=stack
+    )
 
 
 def _s(value: float) -> str:

@@ -361,3 +361,18 @@ def test_compare_trace_needs_training(tmp_path: Path) -> None:
     argv = ["compare-trace", str(CPU_TRACE), "--model", "gpt-tiny", "--cluster", "dgx-h100"]
     with pytest.raises(PlannerError, match="training"):
         _run([*argv, "--layout", str(layout)])
+
+
+def test_compare_trace_takes_the_stack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The predicted side is costed under --stack: a stack's eager host cost per op moves it,
+    and a stack that cannot run the layout refuses it naming the stack."""
+    layout = _layout_file(tmp_path)
+    base = ["compare-trace", str(DDP_TRACE), "--model", "gpt-tiny", "--cluster", "dgx-h100"]
+    steps = {}
+    for stack in ("none", "torchtitan-eager", "torchtitan-compiled"):
+        assert _run([*base, "--layout", str(layout), "--json", "--stack", stack]) == 0
+        steps[stack] = json.loads(capsys.readouterr().out)["predicted_step_s"]
+    assert steps["torchtitan-eager"] > steps["torchtitan-compiled"] > 0
+    assert steps["none"] != steps["torchtitan-eager"]
+    with pytest.raises(PlannerError, match="stack"):
+        _run([*base, "--layout", str(layout), "--stack", "does-not-exist"])
