@@ -27,8 +27,10 @@ GPU_COUNT = "GPU count"
 BUDGET = "Budget"
 HEADROOM = 0.05
 
+NO_STACK = "none"
 DEFAULTS: dict[str, Any] = {
     "cmp_model": "llama3.1-70b",
+    "cmp_stack": NO_STACK,
     "cmp_tokens_t": 15.0,
     "cmp_seq_len": 8192,
     "cmp_global_batch": 1024,
@@ -71,10 +73,12 @@ def best_per_count(
     prof_key: str,
     _model: planner.ModelSpec,
     _profile: planner.CalibrationProfile,
+    stack_id: str = NO_STACK,
 ) -> dict[int, dict[str, Any]]:
-    """For each GPU count, the fastest feasible layout (coarse exhaustive search, 5 % headroom)
-    as plain numbers; counts with none are left out."""
+    """For each GPU count, the fastest feasible layout (coarse exhaustive search, 5 % headroom,
+    under the stack ``stack_id``, or none) as plain numbers; counts with none are left out."""
     cluster = c.load_cluster(cluster_id)
+    stack = None if stack_id == NO_STACK else c.load_stack(stack_id)
     result = planner.search(
         _model,
         cluster,
@@ -83,9 +87,10 @@ def best_per_count(
         seq_len=seq_len,
         method="exhaustive",
         memory_headroom=HEADROOM,
-        space=c.coarse_space(_model, cluster, counts, seq_len),
+        space=c.coarse_space(_model, cluster, counts, seq_len, stack),
         profile=_profile,
         time_budget_s=c.SEARCH_BUDGET_S,
+        stack=stack,
     )
     out: dict[int, dict[str, Any]] = {}
     for e in result.ranked:
@@ -210,6 +215,7 @@ class Job:
     budget_usd: float
     gpus_max: int
     pue: float
+    stack: str = NO_STACK  # a shipped stack id, or none
 
 
 def _init_page_state(clusters: list[str], prices: dict[str, tuple[float, str]]) -> None:
@@ -317,6 +323,7 @@ def _cluster_row(
             c.profile_key(profile),
             model,
             profile,
+            job.stack,
         )
     except PlannerError as exc:  # this generation's search failed: say so in its row
         options = {-1: {"error": c.one_line(exc)}}
@@ -344,7 +351,8 @@ def _table_caption(job: Job, model: planner.ModelSpec) -> str:
     """How the table's figures are found and computed."""
     return (
         f"{model.name}, {c.fmt_count(job.tokens, 'tokens')}, global batch {job.global_batch:,} x "
-        f"{job.seq_len:,} tokens; layouts from an exhaustive search over a coarse space (micro-batch "
+        f"{job.seq_len:,} tokens; stack {job.stack}; layouts from an exhaustive search over a "
+        "coarse space (micro-batch "
         "1/2, recompute none/selective/full, ZeRO 1, SP and TP overlap on, vpp 1/2/4) keeping "
         f"{HEADROOM:.0%} of usable HBM free. Time to train = tokens / tokens/s; GPU-hours = "
         "GPUs x time; cost = GPU-hours x price; energy = TDP x GPUs x time x PUE "
@@ -396,7 +404,14 @@ def body() -> None:
     clusters = c.cluster_ids()
     prices = default_prices()
     _init_page_state(clusters, prices)
-    job = Job(*_workload_inputs(), *_sizing_inputs())
+    stack_id = st.selectbox(
+        "Software stack",
+        [NO_STACK, *c.stack_ids()],
+        key="cmp_stack",
+        help="Search each generation only over what the stack runs and cost it with its kernels "
+        "(docs/stacks.md); none: every layout the planner models.",
+    )
+    job = Job(*_workload_inputs(), *_sizing_inputs(), stack=stack_id)
     chosen = st.multiselect("Clusters", clusters, key="cmp_clusters")
     _price_inputs(chosen, prices)
     if not chosen:

@@ -30,7 +30,8 @@ OBJECTIVES = {
 METHODS = ("auto", "exhaustive", "optuna")
 SPACES = {
     "full": "every legal layout (default space)",
-    "coarse": "coarse: micro-batch 1/2, ZeRO 1, SP + TP overlap on, vpp 1/2/4",
+    "coarse": "coarse: micro-batch 1/2, ZeRO 1 (or the stack's lightest sharding), SP + TP "
+    "overlap on, vpp 1/2/4",
 }
 UPLOADED = "uploaded on the Estimate page: "
 MAX_PLOTTED = 1500
@@ -48,8 +49,10 @@ DEFAULTS = {
     "srch_trials": 300,
     "srch_headroom": 0.05,
     "srch_space": "full",
+    "srch_stack": "none",
     "srch_top": 10,
 }
+NO_STACK = "none"
 
 
 def _progress_callback(bar: Any) -> Any:
@@ -122,6 +125,14 @@ def _form() -> dict[str, Any] | None:
             key="srch_headroom",
         )
         space = cols[3].selectbox("Space", list(SPACES), format_func=SPACES.get, key="srch_space")
+        stack_id = st.selectbox(
+            "Software stack",
+            [NO_STACK, *c.stack_ids()],
+            key="srch_stack",
+            help="Search only what the stack runs (its parallelisms, ZeRO stages, recompute and "
+            "schedules) and cost each layout with its kernels, overlaps and execution "
+            "(docs/stacks.md); none: every layout the planner models.",
+        )
         submitted = st.form_submit_button("Run search", type="primary", key="srch_submit")
     if not submitted:
         return None
@@ -138,6 +149,7 @@ def _form() -> dict[str, Any] | None:
         "trials": int(trials),
         "headroom": float(headroom),
         "space": space,
+        "stack": None if stack_id == NO_STACK else c.load_stack(stack_id),
     }
 
 
@@ -147,7 +159,7 @@ def run(params: dict[str, Any]) -> c.SearchRun:
     counts = gpu_counts(params["gpus"], params["gpus_max"], cluster.spec.scale_up_domain_gpus)
     profile = c.profile_for(cluster)
     space = (
-        c.coarse_space(model, cluster, counts, params["seq_len"])
+        c.coarse_space(model, cluster, counts, params["seq_len"], params.get("stack"))
         if params["space"] == "coarse"
         else None
     )
@@ -168,6 +180,7 @@ def run(params: dict[str, Any]) -> c.SearchRun:
         pareto=True,
         progress=_progress_callback(bar),
         time_budget_s=c.SEARCH_BUDGET_S,
+        stack=params.get("stack"),
     )
     bar.progress(
         1.0, text=f"done: {result.evaluated:,} layouts simulated in {result.seconds:.2f} s"

@@ -13,16 +13,13 @@ from typing import Any
 
 import streamlit as st
 
-import planner
 from app_pages import common as c
 from app_pages import estimate_extras as extras
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
-from planner.resources import STACKS_DIR
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
-from planner.specs.loading import shipped_ids
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
 from planner.stacks import (
@@ -38,23 +35,11 @@ NO_STACK = "none"
 COMPARE_OPEN = "est_stacks_open"
 
 
-@st.cache_data(show_spinner=False)
-def stack_ids() -> list[str]:
-    """Ids of the shipped stacks (``stacks/*.yaml``)."""
-    return shipped_ids(STACKS_DIR)
-
-
-@st.cache_data(show_spinner=False)
-def load_stack(stack_id: str) -> StackSpec:
-    """A shipped stack (cached)."""
-    return planner.load_stack(stack_id)
-
-
 def _write_stack_inputs() -> None:
     """on_change of the selector: the chosen stack's values into the page's inputs."""
     if st.session_state[STACK_KEY] == NO_STACK:
         return  # no stack: the inputs stay as they are
-    stack = load_stack(st.session_state[STACK_KEY])
+    stack = c.load_stack(st.session_state[STACK_KEY])
     state = st.session_state
     tp = int(state.get(extras.widget_key("tp"), 1) or 1)
     probe = Layout(tp=tp, sequence_parallel=bool(state.get(extras.widget_key("sequence_parallel"))))
@@ -96,7 +81,7 @@ def stack_selector() -> StackSpec | None:
     c.init_state({STACK_KEY: DEFAULT_STACK})
     stack_id = st.selectbox(
         "Software stack",
-        [*stack_ids(), NO_STACK],
+        [*c.stack_ids(), NO_STACK],
         key=STACK_KEY,
         on_change=_write_stack_inputs,
         help="the framework that runs the layout: choosing one sets its kernels, overlaps and "
@@ -106,7 +91,7 @@ def stack_selector() -> StackSpec | None:
     if stack_id == NO_STACK:
         st.caption("No stack: the inputs below are costed as given, without a capability check.")
         return None
-    stack = load_stack(stack_id)
+    stack = c.load_stack(stack_id)
     st.caption(" ".join(stack.description.split()))
     return stack
 
@@ -140,10 +125,10 @@ def comparison_rows(
     the stack cannot run it."""
     lay, tr = _unset_stack_fields(layout, training)
     rows = []
-    for stack_id in stack_ids():
+    for stack_id in c.stack_ids():
         row: dict[str, Any] = {"stack": stack_id}
         try:
-            r = c.simulate(model, cluster, lay, tr, profile, load_stack(stack_id))
+            r = c.simulate(model, cluster, lay, tr, profile, c.load_stack(stack_id))
         except PlannerError as exc:
             rows.append(row | {"note": c.one_line(exc)})
             continue

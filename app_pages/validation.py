@@ -129,8 +129,10 @@ def show(result: dict[str, Any], key: str) -> None:
                 {
                     "id": x["id"],
                     "status": x["status"],
+                    "stack": x.get("stack"),  # the case's own (schema 2) or its framework's
                     "measured tokens/s/GPU": x["measured_tokens_per_s_per_gpu"],
                     "predicted tokens/s/GPU": x["predicted_tokens_per_s_per_gpu"],
+                    "predicted range (tokens/s/GPU)": _range_text(x),
                     "error (%)": x["error_pct"],
                     "predicted MFU (%)": x["predicted_mfu_pct"],
                     "reason": x["reason"],
@@ -140,6 +142,12 @@ def show(result: dict[str, Any], key: str) -> None:
             hide_index=True,
             key=f"val_cases_{key}",
         )
+
+
+def _range_text(case: dict[str, Any]) -> str:
+    """The tokens/s/GPU range over a case's unstated knobs ('' when it states them all)."""
+    rng = case.get("predicted_range_tokens_per_s_per_gpu")
+    return f"{rng[0]:,.0f}-{rng[1]:,.0f}" if rng else ""
 
 
 def body() -> None:

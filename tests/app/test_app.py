@@ -287,6 +287,22 @@ def test_search_runs_and_offers_downloads() -> None:
     assert "--tensor-model-parallel-size" in codes and "[parallelism]" in codes
 
 
+def test_search_under_a_stack_searches_only_what_it_runs() -> None:
+    """torchtitan runs no ZeRO-1 (only DDP, reshard-never and full shard): no layout shown
+    under it uses ZeRO-1, and the page says the search ran under the stack."""
+    at = _app("app_pages/search.py", srch_stack="torchtitan-compiled")
+    at.button(key="srch_submit").click().run()
+    _ok(at)
+    assert not _errors(at)
+    rows = at.dataframe[0].value
+    assert len(rows) >= 1
+    layouts = list(rows["layout"])
+    assert all(" Z" in x for x in layouts), layouts  # compact: '... Z3 ...'
+    assert not any(" Z1" in x for x in layouts), layouts
+    text = " ".join(m.value for m in at.markdown) + " ".join(x.value for x in at.caption)
+    assert "torchtitan-compiled" in text
+
+
 def test_search_with_no_feasible_layout_explains() -> None:
     at = _app("app_pages/search.py", srch_model="llama3.1-405b", srch_gpus=8)
     at.button(key="srch_submit").click().run()
@@ -310,6 +326,19 @@ def test_compare_lists_generations_and_prices_move_cost() -> None:
     again = at.dataframe[0].value.set_index("cluster").loc["dgx-h100"]
     assert again["cost ($M)"] == pytest.approx(2 * h100["cost ($M)"], rel=0.01)
     assert again["tokens/s"] == h100["tokens/s"]
+
+
+def test_compare_under_a_stack() -> None:
+    """The stack enters each generation's search: eager torchtitan is slower than the
+    planner's generic best on the same hardware, and the caption names the stack."""
+    at = _app("app_pages/compare.py", cmp_clusters=["dgx-h100"])
+    _ok(at)
+    generic = at.dataframe[0].value.set_index("cluster").loc["dgx-h100", "tokens/s"]
+    at.selectbox(key="cmp_stack").set_value("torchtitan-eager").run()
+    _ok(at)
+    eager = at.dataframe[0].value.set_index("cluster").loc["dgx-h100", "tokens/s"]
+    assert 0 < eager < generic
+    assert any("stack torchtitan-eager" in x.value for x in at.caption)
 
 
 def test_compare_budget_mode() -> None:
