@@ -36,9 +36,9 @@ from app_pages.fmt import (
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile, check_profile_device
 from planner.report import StepReport
-from planner.resources import STACKS_DIR, shipped_cases
+from planner.resources import shipped_cases
 from planner.safe_io import MAX_CASES_BYTES, MAX_SPEC_NODES, decode_text, load_json, load_yaml
-from planner.search import SearchResult, SearchSpace, default_space
+from planner.search import SearchResult
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import (
@@ -141,18 +141,6 @@ def model_ids() -> list[str]:
 def cluster_ids() -> list[str]:
     """Ids of the shipped cluster presets (``hardware_specs/clusters/*.yaml``)."""
     return shipped_ids(CLUSTERS_DIR)
-
-
-@st.cache_data(show_spinner=False)
-def stack_ids() -> list[str]:
-    """Ids of the shipped software stacks (``stacks/*.yaml``)."""
-    return shipped_ids(STACKS_DIR)
-
-
-@st.cache_resource(show_spinner=False)
-def load_stack(stack_id: str) -> StackSpec:
-    """A shipped software stack (frozen, shared between sessions)."""
-    return planner.load_stack(stack_id)
 
 
 @st.cache_resource(show_spinner=False)
@@ -344,33 +332,6 @@ class SearchRun:
     profile_accelerator: str = ""
 
 
-def coarse_space(
-    model: ModelSpec,
-    cluster: Cluster,
-    gpus: tuple[int, ...],
-    seq_len: int,
-    stack: StackSpec | None = None,
-) -> SearchSpace:
-    """The default space's structure (TP, PP, CP, EP, DP) with fewer knobs: micro-batch 1/2,
-    recompute none/selective/full, ZeRO 1 (under a stack without it: its lightest sharding),
-    sequence parallelism and TP overlap on, vpp 1/2/4."""
-    base = default_space(model, cluster, gpus, seq_len)
-    zero = (1,)
-    if stack is not None and 1 not in stack.capabilities.zero_stages:
-        zero = (min((z for z in stack.capabilities.zero_stages if z), default=0),)
-    return SearchSpace(
-        gpus=gpus,
-        cp=base.cp,
-        ep=base.ep,
-        micro_batch=(1, 2),
-        recompute=("none", "selective", "full"),
-        zero=zero,
-        sequence_parallel=(True,),
-        overlap_tp_comm=(True,),
-        vpp=(1, 2, 4),
-    )
-
-
 # ---- uploads ------------------------------------------------------------------------------------
 def read_upload(upload: Uploaded, what: str, max_bytes: int = MAX_UPLOAD_BYTES) -> str:
     """The text of an uploaded file: its size is checked before it is decoded as strict UTF-8;
@@ -483,7 +444,6 @@ __all__ = [
     "active_profile",
     "check_report",
     "cluster_ids",
-    "coarse_space",
     "fmt_count",
     "fmt_energy_kwh",
     "fmt_gib",

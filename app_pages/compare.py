@@ -16,10 +16,11 @@ from typing import Any
 import streamlit as st
 
 import planner
-from app_pages import charts
+from app_pages import charts, stacks
 from app_pages import common as c
 from planner.cli.search import gpu_counts
 from planner.errors import PlannerError
+from planner.search.space import coarse_space
 from planner.specs.hardware import Cluster
 
 GENERATIONS = ("dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8x")
@@ -27,10 +28,9 @@ GPU_COUNT = "GPU count"
 BUDGET = "Budget"
 HEADROOM = 0.05
 
-NO_STACK = "none"
 DEFAULTS: dict[str, Any] = {
     "cmp_model": "llama3.1-70b",
-    "cmp_stack": NO_STACK,
+    "cmp_stack": stacks.NO_STACK,
     "cmp_tokens_t": 15.0,
     "cmp_seq_len": 8192,
     "cmp_global_batch": 1024,
@@ -73,12 +73,12 @@ def best_per_count(
     prof_key: str,
     _model: planner.ModelSpec,
     _profile: planner.CalibrationProfile,
-    stack_id: str = NO_STACK,
+    stack_id: str = stacks.NO_STACK,
 ) -> dict[int, dict[str, Any]]:
     """For each GPU count, the fastest feasible layout (coarse exhaustive search, 5 % headroom,
     under the stack ``stack_id``, or none) as plain numbers; counts with none are left out."""
     cluster = c.load_cluster(cluster_id)
-    stack = None if stack_id == NO_STACK else c.load_stack(stack_id)
+    stack = stacks.stack_or_none(stack_id)
     result = planner.search(
         _model,
         cluster,
@@ -87,7 +87,7 @@ def best_per_count(
         seq_len=seq_len,
         method="exhaustive",
         memory_headroom=HEADROOM,
-        space=c.coarse_space(_model, cluster, counts, seq_len, stack),
+        space=coarse_space(_model, cluster, counts, seq_len, stack),
         profile=_profile,
         time_budget_s=c.SEARCH_BUDGET_S,
         stack=stack,
@@ -215,7 +215,7 @@ class Job:
     budget_usd: float
     gpus_max: int
     pue: float
-    stack: str = NO_STACK  # a shipped stack id, or none
+    stack: str = stacks.NO_STACK  # a shipped stack id, or none
 
 
 def _init_page_state(clusters: list[str], prices: dict[str, tuple[float, str]]) -> None:
@@ -404,13 +404,7 @@ def body() -> None:
     clusters = c.cluster_ids()
     prices = default_prices()
     _init_page_state(clusters, prices)
-    stack_id = st.selectbox(
-        "Software stack",
-        [NO_STACK, *c.stack_ids()],
-        key="cmp_stack",
-        help="Search each generation only over what the stack runs and cost it with its kernels "
-        "(docs/stacks.md); none: every layout the planner models.",
-    )
+    stack_id = stacks.search_stack_choice("cmp_stack", "each generation")
     job = Job(*_workload_inputs(), *_sizing_inputs(), stack=stack_id)
     chosen = st.multiselect("Clusters", clusters, key="cmp_clusters")
     _price_inputs(chosen, prices)

@@ -13,7 +13,7 @@ from typing import Any
 import streamlit as st
 
 import planner
-from app_pages import charts
+from app_pages import charts, stacks
 from app_pages import common as c
 from planner.cli.search import breakdown_differences, entry, gpu_counts, setting_differences
 from planner.errors import PlannerError
@@ -21,6 +21,7 @@ from planner.render import objective_text
 from planner.search import SearchResult
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports
+from planner.search.space import coarse_space
 
 OBJECTIVES = {
     "tokens_per_s": "tokens/s (fastest)",
@@ -52,7 +53,6 @@ DEFAULTS = {
     "srch_stack": "none",
     "srch_top": 10,
 }
-NO_STACK = "none"
 
 
 def _progress_callback(bar: Any) -> Any:
@@ -125,14 +125,7 @@ def _form() -> dict[str, Any] | None:
             key="srch_headroom",
         )
         space = cols[3].selectbox("Space", list(SPACES), format_func=SPACES.get, key="srch_space")
-        stack_id = st.selectbox(
-            "Software stack",
-            [NO_STACK, *c.stack_ids()],
-            key="srch_stack",
-            help="Search only what the stack runs (its parallelisms, ZeRO stages, recompute and "
-            "schedules) and cost each layout with its kernels, overlaps and execution "
-            "(docs/stacks.md); none: every layout the planner models.",
-        )
+        stack_id = stacks.search_stack_choice("srch_stack", "the layouts")
         submitted = st.form_submit_button("Run search", type="primary", key="srch_submit")
     if not submitted:
         return None
@@ -149,7 +142,7 @@ def _form() -> dict[str, Any] | None:
         "trials": int(trials),
         "headroom": float(headroom),
         "space": space,
-        "stack": None if stack_id == NO_STACK else c.load_stack(stack_id),
+        "stack": stacks.stack_or_none(stack_id),
     }
 
 
@@ -159,7 +152,7 @@ def run(params: dict[str, Any]) -> c.SearchRun:
     counts = gpu_counts(params["gpus"], params["gpus_max"], cluster.spec.scale_up_domain_gpus)
     profile = c.profile_for(cluster)
     space = (
-        c.coarse_space(model, cluster, counts, params["seq_len"], params.get("stack"))
+        coarse_space(model, cluster, counts, params["seq_len"], params.get("stack"))
         if params["space"] == "coarse"
         else None
     )

@@ -13,13 +13,17 @@ from typing import Any
 
 import streamlit as st
 
+import planner
 from app_pages import common as c
 from app_pages import estimate_extras as extras
+from planner.cli.inputs import NO_STACK  # "none": the inputs costed as given, as --stack none
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
+from planner.resources import STACKS_DIR
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
+from planner.specs.loading import shipped_ids
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
 from planner.stacks import (
@@ -31,15 +35,44 @@ from planner.stacks import (
 )
 
 STACK_KEY = "est_stack"
-NO_STACK = "none"
 COMPARE_OPEN = "est_stacks_open"
+
+
+@st.cache_data(show_spinner=False)
+def stack_ids() -> list[str]:
+    """Ids of the shipped software stacks (``stacks/*.yaml``)."""
+    return shipped_ids(STACKS_DIR)
+
+
+@st.cache_resource(show_spinner=False)
+def load_stack(stack_id: str) -> StackSpec:
+    """A shipped software stack (frozen, shared between sessions)."""
+    return planner.load_stack(stack_id)
+
+
+def stack_or_none(stack_id: str) -> StackSpec | None:
+    """A stack selector's choice: the shipped stack, or None for :data:`NO_STACK`."""
+    return None if stack_id == NO_STACK else load_stack(stack_id)
+
+
+def search_stack_choice(key: str, what: str) -> str:
+    """The Search and Compare pages' stack selector (default none, as ``planner search``):
+    ``what`` is searched only over what the chosen stack runs."""
+    return st.selectbox(
+        "Software stack",
+        [NO_STACK, *stack_ids()],
+        key=key,
+        help=f"Search {what} only over what the stack runs (its parallelisms, ZeRO stages, "
+        "recompute and schedules) and cost each layout with its kernels, overlaps and "
+        "execution (docs/stacks.md); none: every layout the planner models.",
+    )
 
 
 def _write_stack_inputs() -> None:
     """on_change of the selector: the chosen stack's values into the page's inputs."""
     if st.session_state[STACK_KEY] == NO_STACK:
         return  # no stack: the inputs stay as they are
-    stack = c.load_stack(st.session_state[STACK_KEY])
+    stack = load_stack(st.session_state[STACK_KEY])
     state = st.session_state
     tp = int(state.get(extras.widget_key("tp"), 1) or 1)
     probe = Layout(tp=tp, sequence_parallel=bool(state.get(extras.widget_key("sequence_parallel"))))
@@ -81,7 +114,7 @@ def stack_selector() -> StackSpec | None:
     c.init_state({STACK_KEY: DEFAULT_STACK})
     stack_id = st.selectbox(
         "Software stack",
-        [*c.stack_ids(), NO_STACK],
+        [*stack_ids(), NO_STACK],
         key=STACK_KEY,
         on_change=_write_stack_inputs,
         help="the framework that runs the layout: choosing one sets its kernels, overlaps and "
@@ -91,7 +124,7 @@ def stack_selector() -> StackSpec | None:
     if stack_id == NO_STACK:
         st.caption("No stack: the inputs below are costed as given, without a capability check.")
         return None
-    stack = c.load_stack(stack_id)
+    stack = load_stack(stack_id)
     st.caption(" ".join(stack.description.split()))
     return stack
 
@@ -125,10 +158,10 @@ def comparison_rows(
     the stack cannot run it."""
     lay, tr = _unset_stack_fields(layout, training)
     rows = []
-    for stack_id in c.stack_ids():
+    for stack_id in stack_ids():
         row: dict[str, Any] = {"stack": stack_id}
         try:
-            r = c.simulate(model, cluster, lay, tr, profile, c.load_stack(stack_id))
+            r = c.simulate(model, cluster, lay, tr, profile, load_stack(stack_id))
         except PlannerError as exc:
             rows.append(row | {"note": c.one_line(exc)})
             continue

@@ -17,10 +17,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 import planner
-from planner.validate import read_case_file, run_case
+from planner.validate import read_case_file, run_case, summarize
 
 DIR = Path(__file__).resolve().parent / "independent"
 
@@ -38,26 +36,18 @@ def rows() -> list[dict]:
 
 
 def _stats(group: list[dict]) -> str:
-    scored = [r for r in group if r["status"] == "ok" and r.get("scored", True)]
-    ape = np.array([abs(r["error_pct"]) for r in scored])
+    """One table row: ``planner validate``'s summary of the group, and its OOM count."""
+    s = summarize(group)
     oom = sum(r["status"] == "infeasible" for r in group)
-    mem = [
-        abs(r["predicted_peak_memory_gib"] / r["measured_peak_memory_gib"] - 1) * 100
-        for r in group
-        if r["status"] == "ok" and r.get("measured_peak_memory_gib")
-    ]
-    ranged = [r for r in group if r["status"] == "ok" and "in_range" in r]
 
-    def f(a: np.ndarray | list, fn) -> str:
-        return f"{fn(a):7.1f}" if len(a) else f"{'-':>7}"
+    def f(x: float | None) -> str:
+        return f"{x:7.1f}" if x is not None else f"{'-':>7}"
 
-    cover = (
-        f"{100 * sum(r['in_range'] for r in ranged) / len(ranged):6.0f}%" if ranged else "      -"
-    )
+    cover = s["range_coverage_pct"]
     return (
-        f"{len(group):4d} {len(scored):4d} {f(ape, np.mean)} {f(ape, np.median)} "
-        f"{f(ape, lambda a: np.percentile(a, 90))} {oom:4d} {len(mem):4d} {f(mem, np.mean)} "
-        f"{len(ranged):4d} {cover}"
+        f"{s['n']:4d} {s['n_scored']:4d} {f(s['mape_pct'])} {f(s['median_ape_pct'])} "
+        f"{f(s['p90_ape_pct'])} {oom:4d} {s['n_memory']:4d} {f(s['memory_mape_pct'])} "
+        f"{s['n_ranged']:4d} " + (f"{cover:6.0f}%" if cover is not None else "      -")
     )
 
 

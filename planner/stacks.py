@@ -181,6 +181,14 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
     return None
 
 
+def applied_violation(
+    stack: StackSpec, model: ModelSpec, layout: Layout, training: Training
+) -> PlannerError | None:
+    """:func:`stack_violation` of ``layout`` and ``training`` once the stack has filled the
+    fields they leave unset (what the stack would be asked to run)."""
+    return stack_violation(stack, *apply_stack(stack, model, layout, training))
+
+
 def check_stack(stack: StackSpec, layout: Layout, training: Training) -> None:
     """Raise :func:`stack_violation`'s error, if any."""
     err = stack_violation(stack, layout, training)
@@ -198,6 +206,7 @@ __all__ = [
     "DEFAULT_STACK",
     "STACK_LAYOUT_FIELDS",
     "STACK_TRAINING_FIELDS",
+    "applied_violation",
     "apply_stack",
     "check_stack",
     "layout_defaults",

@@ -24,7 +24,7 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
-from planner.stacks import apply_stack, stack_violation
+from planner.stacks import applied_violation, apply_stack, stack_violation
 
 UNKNOWABLE = ("micro_batch", "vpp", "recompute", "zero")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -66,8 +66,7 @@ def _stated_violation(
     ``enforce_stack``); tuned values may not add another violation."""
     if stack is None or enforce_stack:
         return None
-    lay, tr = apply_stack(stack, model, layout, training)
-    violation = stack_violation(stack, lay, tr)
+    violation = applied_violation(stack, model, layout, training)
     return None if violation is None else str(violation)
 
 

@@ -71,18 +71,14 @@ def run(args: argparse.Namespace) -> int:
     """Ids of shipped specs with a short description."""
     if args.kind == "frameworks":
         rows = framework_rows()
-        if args.json:
-            json_out([{"id": i, "description": d} for i, d in rows])
-        else:
-            render_list(console(), args.kind, rows)
-        return 0
-    directory = {
-        "models": MODELS_DIR,
-        "clusters": CLUSTERS_DIR,
-        "accelerators": ACCELERATORS_DIR,
-        "stacks": STACKS_DIR,
-    }[args.kind]
-    rows = [(spec_id, describe(args.kind, spec_id)) for spec_id in shipped_ids(directory)]
+    else:
+        directory = {
+            "models": MODELS_DIR,
+            "clusters": CLUSTERS_DIR,
+            "accelerators": ACCELERATORS_DIR,
+            "stacks": STACKS_DIR,
+        }[args.kind]
+        rows = [(spec_id, describe(args.kind, spec_id)) for spec_id in shipped_ids(directory)]
     if args.json:
         json_out([{"id": i, "description": d} for i, d in rows])
     else:

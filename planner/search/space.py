@@ -216,6 +216,33 @@ INNER_FIELDS = frozenset({"vpp", "ep", "micro_batch", "schedule"})
 KNOB_FIELDS = frozenset(f.name for f in fields(Knobs))
 
 
+def coarse_space(
+    model: ModelSpec,
+    cluster: Cluster,
+    gpus: tuple[int, ...],
+    seq_len: int,
+    stack: StackSpec | None = None,
+) -> SearchSpace:
+    """The default space's structure (TP, PP, CP, EP, DP) with fewer knobs (the app's quick
+    searches): micro-batch 1/2, recompute none/selective/full, ZeRO 1 (under a stack without
+    it: its lightest sharding), sequence parallelism and TP overlap on, vpp 1/2/4."""
+    base = default_space(model, cluster, gpus, seq_len)
+    zero = (1,)
+    if stack is not None and 1 not in stack.capabilities.zero_stages:
+        zero = (min((z for z in stack.capabilities.zero_stages if z), default=0),)
+    return SearchSpace(
+        gpus=gpus,
+        cp=base.cp,
+        ep=base.ep,
+        micro_batch=(1, 2),
+        recompute=("none", "selective", "full"),
+        zero=zero,
+        sequence_parallel=(True,),
+        overlap_tp_comm=(True,),
+        vpp=(1, 2, 4),
+    )
+
+
 def rule_levels(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], ...]:
     """``rules`` split by the level that sets all they read: outer, inner, knobs (rule order)."""
 

@@ -10,6 +10,7 @@ rest when the case is run), and the unstated knobs the run will tune. No free te
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
 from planner.errors import PlannerError
 from planner.resources import STACKS_DIR
@@ -18,7 +19,7 @@ from planner.specs.layout import Layout, Training
 from planner.specs.loading import load_cluster, load_stack, shipped_ids
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
-from planner.validate.cases import Case, CaseV2
+from planner.validate.cases import Case, CaseV2, Knob
 from planner.validate.frameworks import stack_for_framework
 
 
@@ -48,7 +49,7 @@ def _unstated(case: Case | CaseV2, listed: tuple[str, ...]) -> tuple[str, ...]:
         "recompute": case.training.recompute is None,
         "zero": case.layout.zero is None,
     }
-    return tuple(k for k in ("micro_batch", "vpp", "recompute", "zero") if k in listed or nulls[k])
+    return tuple(k for k in get_args(Knob) if k in listed or nulls[k])
 
 
 def _stated(case: Case | CaseV2) -> tuple[Layout, Training]:

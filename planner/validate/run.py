@@ -21,7 +21,7 @@ from planner.resources import cases_path
 from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
 from planner.specs.loading import read_yaml_file
-from planner.stacks import apply_stack, stack_violation
+from planner.stacks import applied_violation
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
 from planner.validate.inputs import CaseInputs, case_inputs
@@ -85,15 +85,12 @@ def run_case(raw: Any, profile_for: Any, schema: int = 1, strict: bool = False) 
 def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: Any) -> dict:
     """The row of one case: its stated inputs under its stack, the unstated knobs tuned."""
     i, notes = inputs, list(inputs.notes)
-    layout, training = apply_stack(i.stack, i.model, i.layout, i.training)
-    violation = stack_violation(i.stack, layout, training)
+    violation = applied_violation(i.stack, i.model, i.layout, i.training)
     if violation is not None:
         if i.enforce_stack:
             raise violation
         notes.append(f"{' '.join(str(violation).split())}: costed as the case states it")
-    rep = simulate_step(
-        i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
-    )
+    rep = None  # the stated inputs' report, where no tuned one replaces it
     if i.unstated:
         try:
             tuned = tuned_prediction(
@@ -121,6 +118,10 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
                 f"fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
             )
             rep = tuned.report
+    if rep is None:
+        rep = simulate_step(
+            i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
+        )
     return _case_result(out, case, rep, notes, i.memory_kind)
 
 
@@ -213,6 +214,16 @@ def check_case_list(data: Any, max_cases: int = MAX_CASES_PER_FILE) -> list[Any]
     return data
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """A value as short text for an error line (a 400-digit number or a long key list is cut;
+    an int too long for ``repr`` is described)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit
+        text = f"an integer of more than {limit} digits"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def case_file(data: Any) -> tuple[int, list[Any]]:
     """A parsed validation file as (schema version, raw cases): a bare list is schema 1, a
     mapping ``{schema: 2, cases: [...]}`` schema 2."""
@@ -221,7 +232,7 @@ def case_file(data: Any) -> tuple[int, list[Any]]:
         if schema not in SCHEMAS or schema == 1 or set(data) - {"schema", "cases"}:
             raise PlannerError(
                 "FILE.schema",
-                f"{schema!r} with keys {sorted(map(str, data))}",
+                f"{_short(schema)} with keys {_short(sorted(map(str, data)))}",
                 "a list of cases (schema 1) or {schema: 2, cases: [...]}",
             )
         return 2, check_case_list(data.get("cases"))

@@ -248,3 +248,19 @@ def test_v1_and_v2_give_the_same_predictions(name):
             "predicted_range_tokens_per_s_per_gpu",
         ):
             assert r1.get(key) == r2.get(key), (raw["id"], key)
+
+
+def test_a_huge_schema_value_is_cut_in_its_error_line():
+    for value in (10**400, list(range(3000)), {f"k{i}": i for i in range(3000)}):
+        with pytest.raises(PlannerError) as exc:
+            case_file({"schema": value, "cases": []})
+        assert len(str(exc.value)) < 400
+
+
+def test_the_schema_knobs_are_the_tunable_ones():
+    from typing import get_args
+
+    from planner.unknowns import UNKNOWABLE
+    from planner.validate.cases import Knob
+
+    assert get_args(Knob) == UNKNOWABLE
