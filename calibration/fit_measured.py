@@ -1,6 +1,7 @@
 """Fit a CalibrationProfile from the raw samples of ``planner calibrate`` (scipy).
 
-* GEMM: t = 2mnk / (peak x eta_dtype x s(m)s(n)s(k)) + fixed, s(d) = d / (d + dim_half),
+* GEMM: t = 2mnk / (peak x eta_dtype x s(m)s(n)s(k) u) + fixed, s(d) = d / (d + dim_half),
+  u the tile / wave quantization over the accelerator's SM count (planner/costs/waves.py),
   fitted jointly over dtypes by least squares on log time (one dim_half and fixed cost,
   one eta per dtype).
 * Attention: eta(S) = eta_max S / (S + seq_half) for forward and backward, FLOPs in the
@@ -24,6 +25,7 @@ from scipy.optimize import curve_fit, least_squares, nnls
 
 from calibration.samples import SuiteResult
 from planner.costs.comms import _factor
+from planner.costs.waves import wave_utilization
 from planner.profile import (
     AttentionEfficiency,
     CalibrationProfile,
@@ -55,8 +57,12 @@ def measured_peaks(suite: SuiteResult) -> dict[str, float]:
     return dict(best)
 
 
-def fit_gemm(suite: SuiteResult, peaks_tflops: dict[str, float]) -> tuple[GemmEfficiency, dict]:
-    """Joint fit of (dim_half, fixed_us, eta per dtype); returns the fit and its residuals."""
+def fit_gemm(
+    suite: SuiteResult, peaks_tflops: dict[str, float], sm_count: int | None = None
+) -> tuple[GemmEfficiency, dict]:
+    """Joint fit of (dim_half, fixed_us, eta per dtype) with the tile / wave quantization of
+    each measured shape over ``sm_count`` SMs held fixed (planner/costs/waves.py; None: a CPU,
+    none); returns the fit and its residuals."""
     dtypes = sorted({g.dtype for g in suite.gemm if g.dtype in peaks_tflops})
     rows = [g for g in suite.gemm if g.dtype in dtypes]
     m = np.array([g.m for g in rows], float)
@@ -65,10 +71,11 @@ def fit_gemm(suite: SuiteResult, peaks_tflops: dict[str, float]) -> tuple[GemmEf
     t = np.array([g.seconds for g in rows])
     peak = np.array([peaks_tflops[g.dtype] * 1e12 for g in rows])
     idx = np.array([dtypes.index(g.dtype) for g in rows])
+    waves = np.array([wave_utilization(g.m, g.n, g.k, sm_count) for g in rows], float)
 
     def model(x: np.ndarray) -> np.ndarray:
         half, fixed, etas = x[0], x[1], x[2:]
-        return 2 * m * n * k / (peak * etas[idx] * _shape(m, n, k, half)) + fixed * 1e-6
+        return 2 * m * n * k / (peak * etas[idx] * _shape(m, n, k, half) * waves) + fixed * 1e-6
 
     x0 = np.r_[32.0, 5.0, np.full(len(dtypes), 0.8)]
     lo = np.r_[1.0, 0.0, np.full(len(dtypes), 0.01)]
@@ -206,7 +213,7 @@ def fit_profile(
         attn_peak = peaks.get(attn_dtype, max(peaks.values())) * 1e12
         comm = CommEfficiency(scale_up_eta=1.0, scale_out_eta=1.0, **CPU_COMM)
         sustained = 1.0
-    gemm, g_err = fit_gemm(suite, ref_peaks)
+    gemm, g_err = fit_gemm(suite, ref_peaks, accelerator.sm_count if accelerator else None)
     gemm = gemm.model_copy(update={"sustained_fraction": sustained})
     attn, a_err = fit_attention(suite, attn_peak)
     mem, m_err = fit_memory(suite, ref_bw)

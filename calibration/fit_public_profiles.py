@@ -6,7 +6,8 @@ Inputs are the public figures transcribed in shared/reference/hardware.md, repea
 their sources so the fit is reproducible from this repository alone. No validation case is used here, except through the two global numbers below.
 
 * GEMM: Maximum Achievable Matmul FLOPS (stas00/ml-engineering, compute/accelerator/README.md):
-  eta_max = MAMF / peak / s(M) s(N) s(K) at the best shape, s(d) = d / (d + dim_half).
+  eta_max = MAMF / peak / s(M) s(N) s(K) / u(M, N, K) at the best shape, s(d) = d / (d + dim_half),
+  u the tile / wave quantization over the SM count (planner/costs/waves.py).
 * Attention: FlashAttention-2 on A100 (Dao 2023, arXiv 2307.08691, Figs. 4-6), causal, d=128,
   fwd and bwd TFLOP/s over sequence length: eta_max and seq_half fitted by least squares
   (scipy.optimize.curve_fit). Hopper uses FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608)
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import brentq, curve_fit
 
+from planner.costs.waves import wave_utilization
 from planner.profile import (
     PROFILES_DIR,
     AttentionEfficiency,
@@ -148,13 +150,15 @@ SOURCES = (
 
 def _gemm_eta(accel: AcceleratorSpec, fam: str) -> tuple[dict[str, float], dict[str, dict]]:
     """(GEMM eta_max per precision, the MAMF figures behind them) of ``accel`` from its
-    family's MAMF: eta_max = MAMF / family peak / shape factor, at most 0.99."""
+    family's MAMF: eta_max = MAMF / family peak / shape factor / wave quantization at the best
+    shape (planner/costs/waves.py, over ``accel.sm_count``), at most 0.99."""
     eta: dict[str, float] = {}
     mamf: dict[str, dict] = {}
     for prec, (tflops, dims) in MAMF[fam].items():
         peak = getattr(accel.peak_tflops, prec) or accel.peak_tflops.fp16
         fam_peak = FAMILY_PEAK[fam] * (2 if prec == "fp8" else 1)
-        eta[prec] = min(0.99, tflops / fam_peak / _shape(dims))
+        waves = wave_utilization(*map(float, dims), accel.sm_count)
+        eta[prec] = min(0.99, tflops / fam_peak / _shape(dims) / waves)
         mamf[prec] = {
             "tflops": tflops,
             "shape": list(dims),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from planner.costs.elementwise import ElementwiseWork
 from planner.costs.flops import Gemm
 from planner.costs.host import host_op_factor
+from planner.costs.waves import wave_utilization
 from planner.profile import CalibrationProfile
 from planner.specs.hardware import AcceleratorSpec
 
@@ -37,6 +38,7 @@ class Device:
     gemm_in_bytes: float  # bytes per GEMM input element (1 for fp8)
     act_bytes: float  # bytes per activation / GEMM output element
     host_op_s: float = 0.0  # host time to issue one framework op (0: host never binds)
+    sm_count: int | None = None  # SMs for tile / wave quantization (None: none)
 
 
 # Fused attention throughput grows with the head dimension d (more work per loaded tile):
@@ -88,13 +90,20 @@ def make_device(
         gemm_in_bytes={"fp8": 1.0, "fp32": 4.0}.get(precision, 2.0),
         act_bytes=4.0 if precision == "fp32" else 2.0,
         host_op_s=profile.host.op_us * 1e-6 * host_op_factor(execution),
+        sm_count=accel.sm_count,
     )
 
 
-def gemm_time_s(m: float, n: float, k: float, dev: Device, low_precision: bool = True) -> float:
-    """Seconds for one (m x k) @ (k x n) GEMM."""
+def gemm_time_s(
+    m: float, n: float, k: float, dev: Device, low_precision: bool = True, batch: float = 1.0
+) -> float:
+    """Seconds for one (m x k) @ (k x n) GEMM: the smooth per-dimension saturation of the
+    profile times the tile / wave quantization over the SMs (:mod:`planner.costs.waves`);
+    ``batch`` GEMMs of this shape issued in one launch (batched or grouped) share the waves."""
     dh = dev.dim_half
     shape = (m / (m + dh)) * (n / (n + dh)) * (k / (k + dh))
+    if dev.sm_count is not None:
+        shape *= wave_utilization(m, n, k, dev.sm_count, batch)
     if low_precision:
         peak, eta, in_bytes = dev.gemm_peak_flops, dev.gemm_eta, dev.gemm_in_bytes
     else:
@@ -110,8 +119,10 @@ def gemms_time_s(gemms: tuple[Gemm, ...], dev: Device) -> tuple[float, float]:
     for g in gemms:
         low = g.name not in ("router", "logits")
         c = g.count
-        fwd += c * gemm_time_s(g.m, g.n, g.k, dev, low)
-        bwd += c * (gemm_time_s(g.m, g.k, g.n, dev, low) + gemm_time_s(g.k, g.n, g.m, dev, low))
+        fwd += c * gemm_time_s(g.m, g.n, g.k, dev, low, c)
+        bwd += c * (
+            gemm_time_s(g.m, g.k, g.n, dev, low, c) + gemm_time_s(g.k, g.n, g.m, dev, low, c)
+        )
     return fwd, bwd
 
 
@@ -158,13 +169,13 @@ def unfused_attention_time_s(
     section 4.1, count 5as^2b bytes of saved scores); backward moves about twice as much.
     """
     seqs = heads * tokens / seq_len  # independent (sequence, head) score matrices
-    qk = gemm_time_s(seq_len, seq_len, d_qk, dev, low_precision=False)
-    pv = gemm_time_s(seq_len, d_v, seq_len, dev, low_precision=False)
-    qk_b = gemm_time_s(seq_len, d_qk, seq_len, dev, False) + gemm_time_s(
-        d_qk, seq_len, seq_len, dev, False
+    qk = gemm_time_s(seq_len, seq_len, d_qk, dev, False, seqs)
+    pv = gemm_time_s(seq_len, d_v, seq_len, dev, False, seqs)
+    qk_b = gemm_time_s(seq_len, d_qk, seq_len, dev, False, seqs) + gemm_time_s(
+        d_qk, seq_len, seq_len, dev, False, seqs
     )
-    pv_b = gemm_time_s(seq_len, seq_len, d_v, dev, False) + gemm_time_s(
-        seq_len, d_v, seq_len, dev, False
+    pv_b = gemm_time_s(seq_len, seq_len, d_v, dev, False, seqs) + gemm_time_s(
+        seq_len, d_v, seq_len, dev, False, seqs
     )
     scores = seqs * seq_len * seq_len
     per_score = (4.0 + (5.0 if dropout else 0.0)) * dev.act_bytes / 2.0

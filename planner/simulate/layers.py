@@ -100,7 +100,8 @@ def weight_grad_s(gemms: tuple[flops.Gemm, ...], dev: compute.Device) -> float:
     """Seconds of the weight-gradient GEMMs of ``gemms`` (the second half of
     ``compute.gemms_time_s``'s backward: dW = X^T dY, a k x m by m x n product)."""
     return sum(
-        g.count * compute.gemm_time_s(g.k, g.n, g.m, dev, g.name not in ("router", "logits"))
+        g.count
+        * compute.gemm_time_s(g.k, g.n, g.m, dev, g.name not in ("router", "logits"), g.count)
         for g in gemms
     )
 

@@ -60,6 +60,14 @@ class AcceleratorSpec(_Frozen):
         description="GPU <-> host memory bandwidth per GPU, each way, GB/s (PCIe or NVLink-C2C; "
         "None: unknown, no activation offloading)",
     )
+    sm_count: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="streaming multiprocessors (NVIDIA) or compute units (AMD) that GEMM thread "
+        "blocks are spread over, for tile and wave quantization (planner/costs/waves.py); None: "
+        "unknown, no quantization",
+    )
     profile: str = Field(
         max_length=1000, description="id of the default calibration profile (calibration/profiles)"
     )

@@ -271,14 +271,15 @@ def test_plan_stages_show_their_own_costs(llama8b, h100):
 
 
 def test_plan_weight_gradient_is_the_weight_gemms(llama8b, h100):
-    """Without experts or recompute a layer's W is half its backward GEMM time: dX and dW
-    multiply the same shapes (compute.gemms_time_s)."""
+    """Without experts or recompute a layer's W is about its forward GEMM time: dW multiplies
+    the same FLOPs, but writes a (k x n) output instead of (m x n), so its tile / wave
+    quantization differs (costs/waves.py) by a few percent on these large shapes."""
     plan = _sim(llama8b, h100, dp=8).plan
     chunk = plan.stages[0].chunks[0]
     per_layer_gemm = plan.stages[0].per_microbatch["compute_gemm"]
     w = chunk.weight_grad["compute_gemm"]
     f = chunk.forward["compute_gemm"]
-    assert w == pytest.approx(f, rel=1e-9)  # one GEMM each way per layer GEMM
+    assert w == pytest.approx(f, rel=0.03)  # one GEMM each way per layer GEMM
     assert per_layer_gemm == pytest.approx(3 * f, rel=0.02)  # + the logits GEMM
 
 
