@@ -18,6 +18,7 @@ from planner.advise import Lever, advise
 from planner.cli.common import console as stdout_console
 from planner.cli.common import json_out
 from planner.cli.inputs import add_layout_flags, inputs_line, simulate_baseline, stack_flag
+from planner.cli.misfit import misfit_advice, misfit_json, print_misfit
 from planner.report import StepReport
 
 
@@ -88,6 +89,7 @@ def render_advice(console: Console, base: StepReport, levers: list[Lever], title
 def run(args: argparse.Namespace) -> int:
     """The ranked lever table, or JSON."""
     model, cluster, layout, training, profile, report = simulate_baseline(args)
+    stack = stack_flag(args)
     levers = advise(
         model,
         cluster,
@@ -96,8 +98,9 @@ def run(args: argparse.Namespace) -> int:
         profile,
         include_unavailable=args.all,
         baseline=report,
-        stack=stack_flag(args),
+        stack=stack,
     )
+    misfit = misfit_advice(args, model, cluster, layout, training, profile, stack, report)
     if args.json:
         json_out(
             {
@@ -115,8 +118,10 @@ def run(args: argparse.Namespace) -> int:
                 },
                 "levers": [lv.to_dict() for lv in levers],
             }
+            | misfit_json(misfit)
         )
     else:
+        print_misfit(misfit, report, cluster)
         render_advice(
             stdout_console(),
             report,

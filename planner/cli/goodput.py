@@ -15,7 +15,8 @@ from rich.markup import escape
 
 from planner.cli.common import console as stdout_console
 from planner.cli.common import json_out
-from planner.cli.inputs import add_layout_flags, inputs_line, simulate_baseline
+from planner.cli.inputs import add_layout_flags, inputs_line, simulate_baseline, stack_flag
+from planner.cli.misfit import misfit_advice, misfit_json, print_misfit
 from planner.goodput import (
     DEFAULT_MTBF_HOURS_PER_GPU,
     DEFAULT_RESTART_MINUTES,
@@ -174,10 +175,13 @@ def run(args: argparse.Namespace) -> int:
         snapshot_gb_per_s=args.snapshot_gbps,
         checkpoint_interval_minutes=args.checkpoint_interval_minutes,
     )
-    model, cluster, layout, training, _, report = simulate_baseline(args)
+    model, cluster, layout, training, profile, report = simulate_baseline(args)
     g = goodput(model, cluster, layout, training, report, settings)
+    misfit = misfit_advice(
+        args, model, cluster, layout, training, profile, stack_flag(args), report
+    )
     if args.json:
-        out = g.to_dict()
+        out = g.to_dict() | misfit_json(misfit)
         out.update(
             model=model.name,
             cluster=cluster.id,
@@ -186,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         )
         json_out(out)
     else:
+        print_misfit(misfit, report, cluster)
         render_goodput(
             stdout_console(), g, inputs_line(model, cluster, layout, training, report.stack)
         )

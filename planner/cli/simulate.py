@@ -9,6 +9,7 @@ import planner
 from planner.cli.common import console, json_out
 from planner.cli.fields import comma_list
 from planner.cli.inputs import add_layout_flags, run_profile, simulate_inputs, with_stack
+from planner.cli.misfit import misfit_advice, misfit_json, print_misfit
 from planner.render import render_simulation
 from planner.timeline import write_trace
 from planner.unknowns import UNKNOWABLE, tuned_prediction
@@ -59,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.trace:
         write_trace(report, model, layout, training, args.trace)
+    advice = misfit_advice(args, model, cluster, layout, training, profile, stack, report)
     if args.json:
-        out = report.to_dict()
+        out = report.to_dict() | misfit_json(advice)
         out.update(
             model=model.model_dump(mode="json"),
             cluster=cluster.model_dump(mode="json"),
@@ -78,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             }
         json_out(out)
     else:
+        print_misfit(advice, report, cluster)
         render_simulation(console(), report, model, cluster, layout, training)
         if tuned is not None:
             picked = ", ".join(f"{k} {v}" for k, v in tuned.picked.items())
