@@ -16,7 +16,9 @@ MFU_CONVENTION = (
     "MFU = model FLOPs per token x tokens/s / (GPUs x dense bf16 peak); model FLOPs per token = "
     "6 N (active matmul params, logits included, embedding lookup excluded) + "
     "6 L H (d_qk + d_v) S (attention, no causal discount), as PaLM and torchtitan. HFU counts "
-    "the FLOPs the GPUs execute (recompute included, causal attention halved)."
+    "the FLOPs the GPUs execute (recompute included, causal attention halved), so it can be "
+    "below MFU. FP8 runs also report MFU against the dense FP8 peak "
+    "(mfu_training_precision_pct), which is half the bf16-peak figure."
 )
 
 TIME_CATEGORIES = (
@@ -72,6 +74,8 @@ class StepReport:
     stack: str = ""  # the software stack the step was costed for ("" none: inputs as given)
     peak_reserved_gib: float | None = None  # the caching allocator's reserved peak (stack)
     reported_peak: str = ""  # which peak the stack's own logs report: allocated or reserved
+    # MFU against the training precision's dense peak where it differs from bf16's (fp8); None
+    mfu_training_precision_pct: float | None = None
     # the plan this report summarises: per rank, chunk and pass (not part of to_dict)
     plan: StepPlan | None = field(default=None, repr=False, compare=False)
 

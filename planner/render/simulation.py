@@ -93,8 +93,13 @@ def render_headline(console: Console, report: StepReport, cluster: Cluster) -> N
         ("tokens per step", f"{report.tokens_per_step:,}"),
         ("throughput", _fmt(report.tokens_per_s, 0, " tokens/s")),
         ("throughput per GPU", _fmt(report.tokens_per_s_per_gpu, 1, " tokens/s/GPU")),
-        ("MFU", _fmt(report.mfu_pct, 1, " %")),
-        ("HFU", _fmt(report.hfu_pct, 1, " %")),
+        ("MFU (of the bf16 peak)", _fmt(report.mfu_pct, 1, " %")),
+        *(
+            [("MFU (of the training precision's peak)", _fmt(p, 1, " %"))]
+            if (p := report.mfu_training_precision_pct) is not None
+            else []
+        ),
+        ("HFU (executed FLOPs)", _fmt(report.hfu_pct, 1, " %")),
         ("model FLOPs per token", f"{report.model_flops_per_token / 1e12:.4g} TFLOP"),
         ("model FLOP rate per GPU", _fmt(tflop_per_s_gpu, 1, " TFLOP/s")),
         (

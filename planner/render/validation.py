@@ -21,9 +21,22 @@ _STATUS_STYLE = {
 }
 
 
+MFU_NOTE = (
+    "MFU: model FLOPs (6 N + attention without causal discount, the PaLM convention) over the "
+    "dense bf16 peak; fp8 runs also show it over the fp8 peak in brackets. HFU (not shown) "
+    "counts the FLOPs executed, causal attention halved, so it can sit below MFU."
+)
+
+
+def _mfu_cell(case: dict[str, Any]) -> str:
+    text = _fmt(case.get("predicted_mfu_pct"), 1)
+    fp8 = case.get("predicted_mfu_training_precision_pct")
+    return text if fp8 is None else f"{text} ({_fmt(fp8, 1)} fp8)"
+
+
 def render_validation(console: Console, result: dict[str, Any]) -> None:
     """Validation cases (tokens/s/GPU, signed error %, MFU %, memory GiB) and the summary."""
-    table = Table(title="Validation cases", title_justify="left")
+    table = Table(title="Validation cases", title_justify="left", caption=MFU_NOTE)
     table.add_column("id", overflow="fold")
     table.add_column("status", min_width=6)
     for name in (
@@ -49,7 +62,7 @@ def render_validation(console: Console, result: dict[str, Any]) -> None:
             _fmt(case.get("predicted_tokens_per_s_per_gpu"), 1),
             _fmt(case.get("measured_tokens_per_s_per_gpu"), 1),
             _fmt(case.get("error_pct"), 1),
-            _fmt(case.get("predicted_mfu_pct"), 1),
+            _mfu_cell(case),
             memory,
             escape(_truncate(str(case.get("reason") or ""))),
         )

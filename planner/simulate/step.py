@@ -80,6 +80,7 @@ def build_step(
         tokens_per_s_per_gpu=tps / layout.world_size,
         mfu_pct=mfu,
         hfu_pct=hfu,
+        mfu_training_precision_pct=_precision_mfu(ctx, mfu),
         model_flops_per_token=mf_tok,
         gpus=layout.world_size,
         microbatches=m,
@@ -140,6 +141,14 @@ def timed_plan(
         step_time_s=steady + bubble + dp.step + optimizer_s,
         breakdown_s=breakdown,
     )
+
+
+def _precision_mfu(ctx: Context, mfu: float) -> float | None:
+    """MFU % against the training precision's dense peak when it is not the bf16 one (fp8)."""
+    accel, training = ctx.cluster.accelerator, ctx.training
+    work = accel.peak_flops_per_s(training.work_precision)
+    gemm = accel.peak_flops_per_s(training.precision)
+    return None if gemm == work else mfu * work / gemm
 
 
 def utilisation(ctx: Context, stack: Stack, step: float) -> tuple[float, float, float, float]:
@@ -222,14 +231,24 @@ def memory_peak(ctx: Context, stack: Stack, params: Params) -> tuple[dict[str, f
     return mem, stage_name
 
 
+def placement_text(size: int, per_domain: int, domains: int) -> str:
+    """'8 GPUs in 1 scale-up domain', '16 GPUs over 2 scale-up domains, 8 in each', or, when
+    the group does not split evenly, '3 GPUs over 2 scale-up domains (2 + 1)'."""
+    if size == 1:
+        return "single GPU"
+    if domains == 1:
+        return f"{size} GPUs in 1 scale-up domain"
+    full, rest = divmod(size, per_domain)
+    if rest == 0:
+        return f"{size} GPUs over {domains} scale-up domains, {per_domain} in each"
+    counts = " + ".join([str(per_domain)] * full + [str(rest)])
+    return f"{size} GPUs over {domains} scale-up domains ({counts})"
+
+
 def _placement(ctx: Context) -> dict[str, str]:
     groups = ctx.groups
     return {
-        name: (
-            "single GPU"
-            if p.size == 1
-            else f"{p.size} GPUs, {p.per_domain} per scale-up domain x {p.domains} domain(s)"
-        )
+        name: placement_text(p.size, p.per_domain, p.domains)
         for name, p in (
             ("tp", groups.tp),
             ("cp", groups.cp),

@@ -75,9 +75,30 @@ def _load(id_or_path: str | Path, directory: Path, cls: type[T], kind: str) -> T
     return parse_spec(data, cls, kind)
 
 
+HF_CONFIG_KEYS = ("model_type", "architectures")
+
+
 def load_model(id_or_path: str | Path) -> ModelSpec:
-    """A model spec from a shipped id (``models/<id>.yaml``) or a YAML path."""
-    return _load(id_or_path, MODELS_DIR, ModelSpec, "model")
+    """A model spec from a shipped id (``models/<id>.yaml``), a model YAML path, or a
+    HuggingFace ``config.json`` (recognised by its ``model_type`` / ``architectures`` keys and
+    imported on the fly by :mod:`planner.hf_import`, as ``planner import-hf`` would)."""
+    path = _resolve(id_or_path, MODELS_DIR, "model")
+    if path.suffix == ".json":
+        from planner.hf_import import load_hf_config, spec_from_hf_config
+
+        config = load_hf_config(path)
+        if not any(k in config for k in HF_CONFIG_KEYS):
+            raise PlannerError(
+                "model",
+                f"{path.name} is JSON but not a HuggingFace config (no model_type)",
+                "a shipped model id, a model YAML, or a HuggingFace config.json",
+            )
+        name = path.stem.lower() if path.stem != "config" else None
+        try:
+            return spec_from_hf_config(config, name=name)[0]
+        except PlannerError as exc:
+            raise PlannerError(f"{path.name}: {exc.field}", exc.message, exc.valid) from None
+    return parse_spec(read_yaml_file(path, "model"), ModelSpec, "model")
 
 
 def load_stack(id_or_path: str | Path) -> StackSpec:

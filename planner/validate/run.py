@@ -45,6 +45,7 @@ def _empty_row(case_id: str) -> dict[str, Any]:
         "measured_tokens_per_s_per_gpu": None,
         "error_pct": None,
         "predicted_mfu_pct": None,
+        "predicted_mfu_training_precision_pct": None,
         "predicted_peak_memory_gib": None,
         "measured_peak_memory_gib": None,
     }
@@ -139,6 +140,11 @@ def _case_result(
             "predicted_tokens_per_s_per_gpu": round(pred, 2),
             "error_pct": round((pred - meas) / meas * 100.0, 2),
             "predicted_mfu_pct": round(rep.mfu_pct, 2),
+            "predicted_mfu_training_precision_pct": (
+                None
+                if rep.mfu_training_precision_pct is None
+                else round(rep.mfu_training_precision_pct, 2)
+            ),
             "predicted_peak_memory_gib": round(peak, 2),
             "predicted_peak_memory_kind": memory_kind,
         }
