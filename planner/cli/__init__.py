@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from types import ModuleType
+from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -60,9 +61,18 @@ COMMANDS: dict[str, ModuleType] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line naming the command and its --help
+    (argparse's default prints the whole usage block first); exit status 2 as argparse's."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {text} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of the ``planner`` command."""
-    parser = argparse.ArgumentParser(
+    """The argparse parser of the ``planner`` command (subcommands inherit its class)."""
+    parser = OneLineParser(
         prog="planner",
         description="Analytic planner for LLM training: step time, tokens/s, "
         "MFU and memory per GPU of a parallel layout.",

@@ -7,6 +7,7 @@ install it when it is missing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,26 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return c
 
 
+def _progress_lines() -> tuple[Any, Any]:
+    """Progress as plain stderr lines (a stage when it starts and when it ends), for a log or
+    a pipe, where a live bar would print nothing until the end."""
+    started: set[str] = set()
+
+    def update(stage: str, done: int, total: int) -> None:
+        if stage not in started:
+            started.add(stage)
+            sys.stderr.write(f"calibrate: {stage}: {total} measurements\n")
+        if done >= total:
+            sys.stderr.write(f"calibrate: {stage}: done\n")
+        sys.stderr.flush()
+
+    return contextlib.nullcontext(), update
+
+
 def _progress_bar() -> tuple[Any, Any]:
+    """A live rich bar on a terminal, plain progress lines otherwise."""
+    if not sys.stderr.isatty():
+        return _progress_lines()
     from rich.progress import Progress
 
     progress = Progress(transient=True)
@@ -146,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     fit = profile.metadata.get("fit", {})
     sys.stdout.write(
         f"wrote {args.out} (accelerator {profile.accelerator}): GEMM eta_max "
-        f"{profile.gemm.eta_max}, dim_half {profile.gemm.dim_half}, fixed {profile.gemm.fixed_us} us; attention eta fwd/bwd "
+        f"{', '.join(f'{k} {v:.3f}' for k, v in profile.gemm.eta_max.items())}, dim_half {profile.gemm.dim_half}, fixed {profile.gemm.fixed_us} us; attention eta fwd/bwd "
         f"{profile.attention.eta_max_fwd}/{profile.attention.eta_max_bwd}; memory "
         f"{', '.join(f'{k} {v:.1f}' for k, v in fit.get('memory_bandwidth_gb_per_s', {}).items())}"
         " GB/s; "

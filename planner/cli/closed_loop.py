@@ -58,6 +58,10 @@ def closed_loop(
     if model.moe or model.mla:
         raise PlannerError("--model", "closed loop builds dense GPTs only", "a dense model")
     if profile is None:
+        sys.stderr.write(
+            "closed-loop: no --profile given, so the microbenchmarks run first (planner "
+            "calibrate --quick, about 30 s on a CPU); pass --profile P.json to reuse one\n"
+        )
         profile, _ = calibrate.run_calibration(
             device, True, max(2, ddp), None, f"{device}-measured"
         )

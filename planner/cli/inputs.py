@@ -83,6 +83,9 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         defaults=TRAINING_DEFAULTS,
         unset=STACK_TRAINING_FIELDS,
     )
+    for action in p._actions:  # the training spec has no default for it: say so in --help
+        if action.dest == "global_batch":
+            action.help = f"{action.help} (required, unless --layout FILE gives it)"
     add_stack_flag(p)
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
     add_profile_device_flag(p)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import planner
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.trace:
         write_trace(report, model, layout, training, args.trace)
+        sys.stderr.write(f"wrote {args.trace} (Chrome trace JSON: open it in ui.perfetto.dev)\n")
     advice = misfit_advice(args, model, cluster, layout, training, profile, stack, report)
     if args.json:
         out = report.to_dict() | misfit_json(advice)
