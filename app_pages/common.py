@@ -32,6 +32,7 @@ from app_pages.fmt import (
     fmt_tokens_per_s,
     fmt_usd,
     layout_text,
+    md_escape,
 )
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile, check_profile_device
@@ -76,10 +77,11 @@ class Uploaded(Protocol):
 
 
 # ---- page wrapper -------------------------------------------------------------------------------
-def one_line(exc: BaseException) -> str:
-    """An exception as one line of text (no traceback)."""
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
+def one_line(exc: BaseException, markdown: bool = True) -> str:
+    """An exception as one line of text (no traceback); ``markdown``: escaped for st.error /
+    st.caption, which render Markdown (False for table cells, shown as plain text)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return md_escape(text) if markdown else text
 
 
 def run_page(body: Callable[[], None]) -> None:
@@ -330,6 +332,7 @@ class SearchRun:
     result: SearchResult
     profile_id: str
     profile_accelerator: str = ""
+    stack: StackSpec | None = None  # the stack searched under (its exports' dialects)
 
 
 # ---- uploads ------------------------------------------------------------------------------------

@@ -326,7 +326,7 @@ def _cluster_row(
             job.stack,
         )
     except PlannerError as exc:  # this generation's search failed: say so in its row
-        options = {-1: {"error": c.one_line(exc)}}
+        options = {-1: {"error": c.one_line(exc, markdown=False)}}
     if job.mode == GPU_COUNT:
         option, note = options.get(job.gpus, options.get(-1)), ""
     else:

@@ -86,3 +86,14 @@ def layout_text(layout: Layout, training: Training) -> str:
     from planner.render import compact_layout
 
     return compact_layout(layout, training)
+
+
+# the characters that turn plain text into emphasis, code, strike-through or LaTeX in
+# Streamlit's Markdown (an underscore inside a word, as in field names, stays literal)
+MARKDOWN_SPECIALS = "\\`*~$"
+
+
+def md_escape(text: str) -> str:
+    """``text`` with Markdown's special characters backslash-escaped, so that Streamlit shows
+    it as written (a rule such as ``pp*vpp <= 34`` is not turned into italics)."""
+    return "".join("\\" + ch if ch in MARKDOWN_SPECIALS else ch for ch in text)

@@ -20,7 +20,7 @@ from planner.errors import PlannerError
 from planner.render import objective_text
 from planner.search import SearchResult
 from planner.search.evaluate import Evaluated
-from planner.search.export import exports
+from planner.search.export import DIALECTS, exports
 from planner.search.space import coarse_space
 
 OBJECTIVES = {
@@ -180,7 +180,15 @@ def run(params: dict[str, Any]) -> c.SearchRun:
     )
     if len(counts) > 1:
         result.notes.append(f"GPU counts searched: {', '.join(map(str, counts))}")
-    return c.SearchRun(model, cluster, params["objective"], result, profile.id, profile.accelerator)
+    return c.SearchRun(
+        model,
+        cluster,
+        params["objective"],
+        result,
+        profile.id,
+        profile.accelerator,
+        params.get("stack"),
+    )
 
 
 def _row(rank: int, e: Evaluated, objective: str) -> dict[str, Any]:
@@ -228,7 +236,7 @@ def report_json(run_: c.SearchRun, top: list[Evaluated]) -> str:
         "space_size": result.space_size,
         "notes": result.notes,
         "why": breakdown_differences(best, runner) if runner else [],
-        "exports": exports(run_.model, best.gpus, best.layout, best.training),
+        "exports": exports(run_.model, best.gpus, best.layout, best.training, run_.stack),
         "pareto": {k: [entry(e) for e in v] for k, v in result.pareto.items()},
     }
     return json.dumps(out, indent=2)
@@ -237,7 +245,8 @@ def report_json(run_: c.SearchRun, top: list[Evaluated]) -> str:
 def _infeasible_reasons(result: SearchResult) -> str:
     """Why layouts were rejected, most frequent first: "reason (count), ..."."""
     return ", ".join(
-        f"{k} ({v:,})" for k, v in sorted(result.infeasible.items(), key=lambda kv: -kv[1])
+        f"{c.md_escape(k)} ({v:,})"
+        for k, v in sorted(result.infeasible.items(), key=lambda kv: -kv[1])
     )
 
 
@@ -309,25 +318,23 @@ def _pareto_charts(result: SearchResult) -> None:
 
 
 def _export_downloads(run_: c.SearchRun, top: list[Evaluated]) -> None:
-    """Download buttons for the best layout's exports and the JSON report, and a preview."""
+    """Download buttons for the best layout's exports (the search's stack's launch files, or
+    Megatron-LM arguments and torchtitan TOML without one) and the JSON report, and a preview."""
     best = top[0]
-    texts = exports(run_.model, best.gpus, best.layout, best.training)
+    texts = exports(run_.model, best.gpus, best.layout, best.training, run_.stack)
     st.markdown("**Export the best layout**")
-    cols = st.columns(4)
-    files = (
-        ("Layout YAML", texts["layout_yaml"], "layout.yaml", "application/x-yaml"),
-        ("Megatron-LM arguments", texts["megatron_args"], "megatron_args.txt", "text/plain"),
-        ("torchtitan TOML", texts["torchtitan_toml"], "torchtitan.toml", "application/toml"),
-        ("JSON report", report_json(run_, top), "search_report.json", "application/json"),
-    )
-    for col, (label, data, name, mime) in zip(cols, files, strict=True):
+    files = [
+        (DIALECTS[k].label, text, DIALECTS[k].file_name, DIALECTS[k].mime)
+        for k, text in texts.items()
+    ]
+    files.append(("JSON report", report_json(run_, top), "search_report.json", "application/json"))
+    for col, (label, data, name, mime) in zip(st.columns(len(files)), files, strict=True):
         col.download_button(
             label, data=data, file_name=name, mime=mime, on_click="ignore", key=f"srch_dl_{name}"
         )
     with st.expander("Preview the exports"):
-        st.code(texts["megatron_args"], language="bash")
-        st.code(texts["torchtitan_toml"], language="toml")
-        st.code(texts["layout_yaml"], language="yaml")
+        for key in [*(k for k in texts if k != "layout_yaml"), "layout_yaml"]:
+            st.code(texts[key], language=DIALECTS[key].language)
 
 
 def show(run_: c.SearchRun) -> None:

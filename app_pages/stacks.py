@@ -163,7 +163,7 @@ def comparison_rows(
         try:
             r = c.simulate(model, cluster, lay, tr, profile, load_stack(stack_id))
         except PlannerError as exc:
-            rows.append(row | {"note": c.one_line(exc)})
+            rows.append(row | {"note": c.one_line(exc, markdown=False)})
             continue
         t = r.time_breakdown_s
         rows.append(

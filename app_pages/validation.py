@@ -17,6 +17,7 @@ import streamlit as st
 from app_pages import charts
 from app_pages import common as c
 from planner.errors import PlannerError
+from planner.render.validation import MFU_NOTE
 from planner.safe_io import MAX_CASES_NODES
 from planner.validate import case_file, check_case_list, run_case, summarize, validate_file
 
@@ -48,7 +49,7 @@ def uploaded_results(text: str, prof_state: str, _profile_for: Any) -> dict:
             deadline.check(f"{i} of {len(data)} cases done")
             cases.append(_run_uploaded(raw, clusters, _profile_for, schema))
     except PlannerError as exc:
-        return {"error": c.one_line(exc)}
+        return {"error": c.one_line(exc, markdown=False)}
     return {"cases": cases, "summary": summarize(cases)}
 
 
@@ -135,6 +136,7 @@ def show(result: dict[str, Any], key: str) -> None:
                     "predicted range (tokens/s/GPU)": _range_text(x),
                     "error (%)": x["error_pct"],
                     "predicted MFU (%)": x["predicted_mfu_pct"],
+                    "MFU of the fp8 peak (%)": x.get("predicted_mfu_training_precision_pct"),
                     "reason": x["reason"],
                 }
                 for x in cases
@@ -142,6 +144,7 @@ def show(result: dict[str, Any], key: str) -> None:
             hide_index=True,
             key=f"val_cases_{key}",
         )
+        st.caption(c.md_escape(MFU_NOTE))
 
 
 def _range_text(case: dict[str, Any]) -> str:

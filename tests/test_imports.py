@@ -30,6 +30,9 @@ LAZY_EDGES = {
     ("planner.schedules.base", "planner.schedules.run"),
     # the Optuna search spawns worker processes that run the Optuna search
     ("planner.search.optuna_search", "planner.search.optuna_workers"),
+    # --model config.json: the model loader imports a HuggingFace config with the importer,
+    # which builds its specs
+    ("planner.specs.loading", "planner.hf_import"),
 }
 
 

@@ -46,7 +46,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "search",
         help="search legal layouts for the best one",
         description="Enumerate or sample legal parallel layouts of a model on a cluster, rank "
-        "them by an objective, explain the winner and export it for Megatron-LM or torchtitan.",
+        "them by an objective, explain the winner and export it for Megatron-LM and torchtitan, "
+        "or with --stack in the stack's own launch files.",
     )
     _add_problem_args(p)
     _add_method_args(p)
@@ -150,7 +151,8 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--export-dir",
         default=None,
-        help="write layout.yaml, megatron_args.txt and torchtitan.toml of the winner here",
+        help="write the winner's layout.yaml and launch files here: megatron_args.txt and "
+        "torchtitan.toml, or with --stack the stack's (e.g. ds_config.json, nemo_overrides.txt)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -331,7 +333,8 @@ def run(args: argparse.Namespace) -> int:
     best = result.best
     top = result.top(args.top)
     runner = top[1] if len(top) > 1 else None
-    texts = exports(model, best.gpus, best.layout, best.training)
+    stack = stack_flag(args, default=NO_STACK)  # the files are in the stack's dialects
+    texts = exports(model, best.gpus, best.layout, best.training, stack)
     paths = write_exports(args.export_dir, texts) if args.export_dir else []
     why = breakdown_differences(best, runner) if runner else []
     if args.json:

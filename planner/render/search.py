@@ -16,6 +16,7 @@ from rich.table import Table
 from planner.render.layouts import _overlaps, compact_layout
 from planner.render.tables import _fmt, _kv_table
 from planner.report import StepReport
+from planner.search.export import DIALECTS
 from planner.specs.hardware import Cluster
 from planner.specs.model import ModelSpec
 
@@ -196,13 +197,8 @@ def render_exports(console: Console, texts: dict[str, str], paths: list[Any]) ->
     if paths:
         console.print("[bold]Exports written[/]: " + ", ".join(escape(str(p)) for p in paths))
         return
-    titles = {
-        "layout_yaml": "layout.yaml (planner simulate --layout FILE)",
-        "megatron_args": "megatron_args.txt (Megatron-LM)",
-        "torchtitan_toml": "torchtitan.toml (torchtitan job config)",
-    }
     for key, text in texts.items():
-        console.print(f"[bold]{escape(titles.get(key, key))}[/]")
+        console.print(f"[bold]{escape(DIALECTS[key].title if key in DIALECTS else key)}[/]")
         console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
         console.print()
 

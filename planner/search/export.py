@@ -2,44 +2,46 @@
 
 * :func:`layout_yaml`: the planner's own YAML, read back by :func:`load_layout_file` and by
   ``planner simulate --layout FILE``.
-* :func:`megatron_args`: Megatron-LM / Megatron-Core command-line arguments (``pretrain_gpt.py``).
-  Schedules Megatron-LM cannot run (zero bubble, V-shaped; planner/schedules/) are said so in a
-  comment naming the fork or framework that runs them.
-  ZeRO-3 has no Megatron-LM optimizer flag: a comment suggests Megatron-FSDP
-  (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params``) or torch FSDP.
-* :func:`torchtitan_toml`: a torchtitan job-config fragment. Key names follow the dataclasses of
-  ``torchtitan/config/job_config.py`` in pytorch/torchtitan (read at commit 000204a4a8bf):
-  ``[training]`` local_batch_size, global_batch_size, seq_len, mixed_precision_param;
-  ``[parallelism]`` data_parallel_replicate_degree, data_parallel_shard_degree,
-  tensor_parallel_degree, enable_async_tensor_parallel, pipeline_parallel_degree,
-  pipeline_parallel_schedule (torch.distributed.pipelining ``get_schedule_class`` names, from
-  the layout's schedule object: "1F1B", "Interleaved1F1B", "InterleavedZeroBubble",
-  "ZBVZeroBubble", "DualPipeV"), pipeline_parallel_microbatch_size,
-  context_parallel_degree, expert_parallel_degree; ``[activation_checkpoint]`` mode
-  ("none" | "selective" | "full"), selective_ac_option; ``[model]`` converters (["float8"]).
-  Newer torchtitan releases moved some of these (e.g. float8 under ``quantize.linear.float8``);
-  the exported names are the long-standing ones.
+* the launch files, one writer per dialect in ``planner/search/dialects/`` (each citing the
+  framework source its keys were read from): Megatron-LM arguments (:func:`megatron_args`),
+  torchtitan TOML (:func:`torchtitan_toml`), Megatron-DeepSpeed arguments with a DeepSpeed
+  JSON, NeMo 2 recipe overrides, Megatron-Bridge ConfigContainer overrides, llm-foundry YAML.
+  :data:`DIALECTS` is the one map from dialect name (``StackSpec.export_dialects``) to writer
+  and file name; :func:`exports` writes the stack's dialects (no stack: Megatron-LM arguments
+  and torchtitan TOML) beside the layout YAML.
 
 >>> import planner
 >>> model = planner.load_model("llama3.1-8b")
->>> layout = planner.Layout(tp=2, pp=1, dp=4, sequence_parallel=True, zero=1)
+>>> layout = planner.Layout(tp=1, dp=8, zero=3)
 >>> training = planner.Training(seq_len=4096, global_batch=64, micro_batch=2)
->>> "--tensor-model-parallel-size 2" in megatron_args(model, 8, layout, training)
-True
+>>> sorted(exports(model, 8, layout, training, planner.load_stack("deepspeed-zero")))
+['deepspeed_json', 'layout_yaml']
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from planner.errors import PlannerError
-from planner.schedules import schedule_of
+from planner.search.dialects import (
+    deepspeed_json,
+    llm_foundry_yaml,
+    megatron_args,
+    megatron_bridge_overrides,
+    megatron_deepspeed_args,
+    nemo_overrides,
+    torchtitan_toml,
+)
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import parse_spec, read_yaml_file
 from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
+from planner.stacks import apply_stack
 
 LAYOUT_FIELDS = (
     "tp",
@@ -87,8 +89,15 @@ def training_dict(training: Training) -> dict[str, Any]:
     return {k: d[k] for k in TRAINING_FIELDS}
 
 
-def layout_yaml(model: ModelSpec, gpus: int, layout: Layout, training: Training) -> str:
-    """A YAML document ``{model, gpus, layout, training}`` that :func:`load_layout_file` reads."""
+def layout_yaml(
+    model: ModelSpec,
+    gpus: int,
+    layout: Layout,
+    training: Training,
+    stack: StackSpec | None = None,
+) -> str:
+    """A YAML document ``{model, gpus, layout, training}`` that :func:`load_layout_file` reads
+    (``stack``: named in the header's ``planner simulate`` line)."""
     doc = {
         "model": model.name,
         "gpus": gpus,
@@ -97,220 +106,11 @@ def layout_yaml(model: ModelSpec, gpus: int, layout: Layout, training: Training)
     }
     header = (
         f"# planner layout: {model.name} on {gpus} GPUs\n"
-        "# planner simulate --model M --cluster C --layout THIS_FILE\n"
+        "# planner simulate --model M --cluster C --layout THIS_FILE"
+        + (f" --stack {stack.name}" if stack is not None else "")
+        + "\n"
     )
     return header + yaml.safe_dump(doc, sort_keys=False)
-
-
-def _even_stages(model: ModelSpec, layout: Layout) -> bool:
-    return model.layers % (layout.pp * layout.virtual_stages) == 0
-
-
-def _pipeline_split_args(model: ModelSpec, layout: Layout) -> list[str]:
-    """Megatron-LM arguments for how the layers are split over (virtual) pipeline stages.
-
-    Even splits use ``--num-layers-per-virtual-pipeline-stage``. Uneven ones, which the search
-    allows (planner/search/space.py), count the embedding and the loss as one layer each
-    (``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``) when
-    that makes them even, else give the edge stages the smaller share with
-    ``--decoder-first/last-pipeline-num-layers``, as planner/costs/pipeline.py models it.
-    """
-    pp, vpp, layers = layout.pp, layout.virtual_stages, model.layers
-    if pp == 1:
-        return []
-    if _even_stages(model, layout):
-        return (
-            [f"--num-layers-per-virtual-pipeline-stage {layers // (pp * vpp)}"] if vpp > 1 else []
-        )
-    out = [f"--virtual-pipeline-model-parallel-size {vpp}"] if vpp > 1 else []
-    if (layers + 2) % (pp * vpp) == 0:
-        return out + [
-            "--account-for-embedding-in-pipeline-split",
-            "--account-for-loss-in-pipeline-split",
-        ]
-    middle = -(-layers // pp)
-    rest = layers - (pp - 2) * middle
-    if vpp == 1 and pp > 2 and rest >= 2:
-        return [
-            f"--decoder-first-pipeline-num-layers {rest // 2}",
-            f"--decoder-last-pipeline-num-layers {rest - rest // 2}",
-        ]
-    return out + [
-        f"# {layers} layers do not split evenly over pp*vpp = {pp * vpp} stages: set "
-        "--decoder-first/last-pipeline-num-layers by hand"
-    ]
-
-
-def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Training) -> str:
-    """Megatron-LM arguments, one per line; lines starting with '#' are comments.
-
-    Use as ``pretrain_gpt.py $(grep -v '^#' megatron_args.txt) <model and data args>``.
-    Recompute "full" maps to ``--recompute-granularity full --recompute-method uniform
-    --recompute-num-layers 1`` (every layer checkpointed, as the planner models it).
-    """
-    lines = [
-        f"# Megatron-LM arguments for {model.name} on {gpus} GPUs "
-        f"(data parallel size {layout.dp} is implied by the world size)",
-        "# architecture, tokenizer, data and optimizer arguments are not included",
-        f"--tensor-model-parallel-size {layout.tp}",
-        f"--pipeline-model-parallel-size {layout.pp}",
-    ]
-    sched = schedule_of(layout)
-    if layout.pp > 1 and sched.megatron is None:
-        # Megatron-LM would run these chunks interleaved: say what runs the schedule instead
-        lines.append(f"# pipeline schedule {sched.name} ({sched.title}): {sched.megatron_note}")
-        lines += [a for a in _pipeline_split_args(model, layout) if "virtual" not in a]
-    else:
-        lines += _pipeline_split_args(model, layout)
-    lines.append(f"--context-parallel-size {layout.cp}")
-    if model.moe is not None:
-        lines.append(f"--expert-model-parallel-size {layout.ep}")
-    if layout.sequence_parallel and layout.tp > 1:
-        lines.append("--sequence-parallel")
-    if training.recompute == "selective":
-        lines.append("--recompute-granularity selective")
-        if training.recompute_modules is not None:
-            lines.append("--recompute-modules " + " ".join(training.recompute_modules))
-    elif training.recompute == "full":
-        lines += [
-            "--recompute-granularity full",
-            "--recompute-method uniform",
-            "--recompute-num-layers 1",
-        ]
-    lines += [
-        f"--micro-batch-size {training.micro_batch}",
-        f"--global-batch-size {training.global_batch}",
-        f"--seq-length {training.seq_len}",
-    ]
-    if layout.zero >= 1:
-        lines.append("--use-distributed-optimizer")
-    if layout.zero == 2:
-        lines.append(
-            "# ZeRO-2: the distributed optimizer already reduce-scatters gradients "
-            "into optimizer-state shards"
-        )
-    if layout.zero == 3:
-        lines.append(
-            "# ZeRO-3 (parameters sharded too) is not a Megatron-LM optimizer flag: use "
-            "Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy "
-            "optim_grads_params) or torch FSDP (torchtitan)"
-        )
-    if training.precision == "bf16":
-        lines.append("--bf16")
-    elif training.precision == "fp16":
-        lines.append("--fp16")
-    elif training.precision == "fp8":
-        lines += ["--bf16", "--fp8-format hybrid"]
-    if training.precision in ("bf16", "fp8") and training.grad_reduce_dtype == "fp32":
-        lines.append("--accumulate-allreduce-grads-in-fp32")
-    if training.offload_layers:
-        lines += ["--cpu-offloading", f"--cpu-offloading-num-layers {training.offload_layers}"]
-    if training.cross_entropy == "in_place":
-        lines += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl te"]
-    if not training.dropout:
-        lines += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
-    if layout.overlap_tp_comm and layout.tp > 1:
-        if not layout.sequence_parallel:
-            lines.append("# --tp-comm-overlap requires --sequence-parallel in Megatron-LM")
-        lines.append("--tp-comm-overlap")
-    if layout.overlap_ep_comm and layout.ep > 1:
-        lines += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
-    if layout.overlap_dp_grad_reduce:
-        lines.append("--overlap-grad-reduce")
-        if layout.zero >= 1 and (layout.zero < 3 or layout.overlap_zero3_param_gather):
-            lines.append("--overlap-param-gather")
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _toml_table(name: str, rows: list[tuple[str, Any]]) -> list[str]:
-    return [f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in rows] + [""]
-
-
-def torchtitan_toml(model: ModelSpec, gpus: int, layout: Layout, training: Training) -> str:
-    """A torchtitan job-config fragment (``[training]``, ``[parallelism]``,
-    ``[activation_checkpoint]``; ``[model]`` for fp8).
-
-    torchtitan shards with FSDP2 or replicates with DDP: ZeRO-3 maps to
-    ``data_parallel_shard_degree = dp``, any other stage to ``data_parallel_replicate_degree =
-    dp`` (ZeRO-1/2 have no torchtitan equivalent). Without pipelining ``local_batch_size`` is
-    the micro-batch and gradient accumulation reaches ``global_batch_size``; with pipelining
-    ``local_batch_size`` is the whole per-replica batch, split into micro-batches of
-    ``pipeline_parallel_microbatch_size``.
-    """
-    shard = layout.zero == 3
-    per_replica = training.global_batch // layout.dp
-    local = per_replica if layout.pp > 1 else training.micro_batch
-    lines = [f"# torchtitan job config fragment for {model.name} on {gpus} GPUs", ""]
-    if layout.zero in (1, 2):
-        lines += [
-            f"# ZeRO-{layout.zero} has no torchtitan equivalent: DDP replication is shown; "
-            "data_parallel_shard_degree = dp (FSDP) saves memory at the cost of parameter "
-            "all-gathers",
-            "",
-        ]
-    if training.precision == "fp8":
-        lines += _toml_table("model", [("converters", ["float8"])])
-    lines += _toml_table(
-        "training",
-        [
-            ("local_batch_size", local),
-            ("global_batch_size", training.global_batch),
-            ("seq_len", training.seq_len),
-            ("mixed_precision_param", "float32" if training.precision == "fp32" else "bfloat16"),
-        ],
-    )
-    parallel: list[tuple[str, Any]] = [
-        ("data_parallel_replicate_degree", 1 if shard else layout.dp),
-        ("data_parallel_shard_degree", layout.dp if shard else 1),
-        ("tensor_parallel_degree", layout.tp),
-    ]
-    if layout.overlap_tp_comm and layout.tp > 1:
-        parallel.append(("enable_async_tensor_parallel", True))  # needs [compile] enable
-    sched = schedule_of(layout)
-    parallel.append(("pipeline_parallel_degree", layout.pp))
-    if sched.torchtitan is not None:
-        parallel.append(("pipeline_parallel_schedule", sched.torchtitan))
-        if sched.torchtitan_note and layout.pp > 1:
-            lines += [f"# pipeline schedule {sched.torchtitan}: {sched.torchtitan_note}", ""]
-    else:
-        lines += [
-            f"# pipeline schedule {sched.name} ({sched.title}) has no torchtitan name: "
-            f"{sched.torchtitan_note}; pipeline_parallel_schedule left unset",
-            "",
-        ]
-    parallel.append(("pipeline_parallel_microbatch_size", training.micro_batch))
-    if layout.virtual_stages > 1 and _even_stages(model, layout):
-        per_stage = model.layers // (layout.pp * layout.virtual_stages)
-        parallel.append(("pipeline_parallel_layers_per_stage", per_stage))
-    elif layout.pp > 1 and not _even_stages(model, layout):
-        lines += [
-            f"# {model.layers} layers do not split evenly over {layout.pp * layout.virtual_stages}"
-            " pipeline stages: torchtitan infers an uneven split; set "
-            "pipeline_parallel_split_points to control it",
-            "",
-        ]
-    parallel += [
-        ("context_parallel_degree", layout.cp),
-        ("expert_parallel_degree", layout.ep),
-    ]
-    if layout.ep > 1 and not shard:
-        lines += ["# torchtitan carves expert parallelism out of data_parallel_shard_degree", ""]
-    lines += _toml_table("parallelism", parallel)
-    ac: list[tuple[str, Any]] = [("mode", training.recompute)]
-    if training.recompute == "selective":
-        ac.append(("selective_ac_option", "op"))
-    lines += _toml_table("activation_checkpoint", ac)
-    return "\n".join(lines)
 
 
 def _int_field(value: Any, field: str) -> int:
@@ -354,38 +154,150 @@ def load_layout_file(path: str | Path) -> tuple[Layout, Training | None, int | N
     return parse_layout_document(read_yaml_file(p, "--layout"))
 
 
-def exports(model: ModelSpec, gpus: int, layout: Layout, training: Training) -> dict[str, str]:
-    """All three exports keyed by their JSON names."""
+Writer = Callable[[ModelSpec, int, Layout, Training, "StackSpec | None"], str]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One launch-file format: its file name, a title (the file and what reads it), the app's
+    button label, the MIME type and code-block language it is offered with, and its writer."""
+
+    file_name: str
+    title: str
+    label: str
+    mime: str
+    language: str
+    write: Writer
+
+
+def _stackless(writer: Callable[[ModelSpec, int, Layout, Training], str]) -> Writer:
+    """A writer that needs no stack, in the :data:`Writer` shape."""
+    return lambda model, gpus, layout, training, stack: writer(model, gpus, layout, training)
+
+
+def _deepspeed_writer(
+    model: ModelSpec, gpus: int, layout: Layout, training: Training, stack: StackSpec | None
+) -> str:
+    """ds_config.json; with a stack that also writes Megatron-DeepSpeed arguments, those carry
+    the model parallelism and recompute."""
+    with_megatron = stack is not None and "megatron_deepspeed_args" in stack.export_dialects
+    return deepspeed_json(model, gpus, layout, training, with_megatron=with_megatron)
+
+
+# the one map from dialect name (StackSpec.export_dialects, the "exports" JSON keys) to writer
+# and file name
+DIALECTS: dict[str, Dialect] = {
+    "layout_yaml": Dialect(
+        "layout.yaml",
+        "layout.yaml (planner simulate --layout FILE)",
+        "Layout YAML",
+        "application/x-yaml",
+        "yaml",
+        layout_yaml,
+    ),
+    "megatron_args": Dialect(
+        "megatron_args.txt",
+        "megatron_args.txt (Megatron-LM)",
+        "Megatron-LM arguments",
+        "text/plain",
+        "bash",
+        _stackless(megatron_args),
+    ),
+    "megatron_deepspeed_args": Dialect(
+        "megatron_deepspeed_args.txt",
+        "megatron_deepspeed_args.txt (Megatron-DeepSpeed)",
+        "Megatron-DeepSpeed arguments",
+        "text/plain",
+        "bash",
+        _stackless(megatron_deepspeed_args),
+    ),
+    "deepspeed_json": Dialect(
+        "ds_config.json",
+        "ds_config.json (DeepSpeed config)",
+        "DeepSpeed JSON",
+        "application/json",
+        "json",
+        _deepspeed_writer,
+    ),
+    "nemo_overrides": Dialect(
+        "nemo_overrides.txt",
+        "nemo_overrides.txt (NeMo 2 recipe overrides)",
+        "NeMo 2 overrides",
+        "text/plain",
+        "bash",
+        _stackless(nemo_overrides),
+    ),
+    "megatron_bridge_overrides": Dialect(
+        "megatron_bridge_overrides.txt",
+        "megatron_bridge_overrides.txt (Megatron-Bridge ConfigContainer overrides)",
+        "Megatron-Bridge overrides",
+        "text/plain",
+        "bash",
+        _stackless(megatron_bridge_overrides),
+    ),
+    "torchtitan_toml": Dialect(
+        "torchtitan.toml",
+        "torchtitan.toml (torchtitan job config)",
+        "torchtitan TOML",
+        "application/toml",
+        "toml",
+        _stackless(torchtitan_toml),
+    ),
+    "llm_foundry_yaml": Dialect(
+        "llm_foundry.yaml",
+        "llm_foundry.yaml (llm-foundry train YAML)",
+        "llm-foundry YAML",
+        "application/x-yaml",
+        "yaml",
+        _stackless(llm_foundry_yaml),
+    ),
+}
+NO_STACK_DIALECTS = ("megatron_args", "torchtitan_toml")  # exports without a stack
+EXPORT_FILES = {name: d.file_name for name, d in DIALECTS.items()}
+
+
+def exports(
+    model: ModelSpec,
+    gpus: int,
+    layout: Layout,
+    training: Training,
+    stack: StackSpec | None = None,
+) -> dict[str, str]:
+    """``layout_yaml`` and the stack's export dialects (no stack: Megatron-LM arguments and
+    torchtitan TOML), keyed by dialect name. With a stack, the layout and training are first
+    completed by it (:func:`planner.stacks.apply_stack`), so the files say what was costed."""
+    if stack is not None:
+        layout, training = apply_stack(stack, model, layout, training)
+    names = NO_STACK_DIALECTS if stack is None else stack.export_dialects
     return {
-        "layout_yaml": layout_yaml(model, gpus, layout, training),
-        "megatron_args": megatron_args(model, gpus, layout, training),
-        "torchtitan_toml": torchtitan_toml(model, gpus, layout, training),
+        name: DIALECTS[name].write(model, gpus, layout, training, stack)
+        for name in ("layout_yaml", *names)
     }
 
 
-EXPORT_FILES = {
-    "layout_yaml": "layout.yaml",
-    "megatron_args": "megatron_args.txt",
-    "torchtitan_toml": "torchtitan.toml",
-}
-
-
 def write_exports(directory: str | Path, texts: dict[str, str]) -> list[Path]:
-    """Write the exports as layout.yaml, megatron_args.txt and torchtitan.toml; return paths."""
+    """Write each export in ``texts`` (keyed by dialect name, as :func:`exports` returns them)
+    under its file name (:data:`EXPORT_FILES`); return the paths."""
     d = Path(directory)
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PlannerError("--export-dir", f"cannot create {d}: {exc.strerror}") from None
     paths = []
-    for key, name in EXPORT_FILES.items():
-        p = d / name
-        p.write_text(texts[key])
+    for key, text in texts.items():
+        if key not in EXPORT_FILES:
+            raise PlannerError("exports", f"unknown export {key!r}", ", ".join(EXPORT_FILES))
+        p = d / EXPORT_FILES[key]
+        p.write_text(text)
         paths.append(p)
     return paths
 
 
 __all__ = [
+    "DIALECTS",
+    "EXPORT_FILES",
+    "NO_STACK_DIALECTS",
+    "Dialect",
     "exports",
     "layout_yaml",
     "load_layout_file",

@@ -20,14 +20,16 @@ How each field enters the step (see ``planner/stacks.py``):
   compiled 0.3, CUDA graphs 0, planner/costs/host.py); ``memory`` turns the allocated peak into the
   caching allocator's reserved peak, and says which one the stack's logs report;
 * ``capabilities`` are a legality check: a layout the stack cannot run is refused with the
-  stack's name and the field.
+  stack's name and the field;
+* ``export_dialects`` name the launch files ``planner search --stack S --export-dir D`` writes
+  for the stack (planner/search/export.py ``DIALECTS``: one writer and file name each).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from planner.specs.base import MAX_TEXT, Spec
 from planner.specs.layout import Recompute, RecomputeModule, Schedule
@@ -44,6 +46,17 @@ AttentionImpl = Literal[
 ExecutionMode = Literal["eager", "compiled", "cuda_graphs"]
 DataParallelImpl = Literal["megatron_ddp", "deepspeed_zero", "fsdp1", "fsdp2"]
 TpOverlap = Literal["opt_in", "with_sequence_parallel"]
+# the launch-file formats a stack reads (planner/search/export.py DIALECTS maps each to its
+# writer and file name; docs/stacks.md, Export dialects, cites where each key list was read)
+ExportDialect = Literal[
+    "megatron_args",  # Megatron-LM pretrain_gpt.py arguments
+    "megatron_deepspeed_args",  # Megatron-DeepSpeed pretrain_gpt.py arguments (--deepspeed ...)
+    "deepspeed_json",  # a DeepSpeed config (ds_config.json)
+    "nemo_overrides",  # NeMo 2 recipe overrides (nemo llm pretrain --factory F path=value)
+    "megatron_bridge_overrides",  # Megatron-Bridge ConfigContainer Hydra-style overrides
+    "torchtitan_toml",  # a torchtitan job-config TOML
+    "llm_foundry_yaml",  # an llm-foundry train YAML (fsdp_config, batch sizes)
+]
 
 
 class StackKernels(Spec):
@@ -182,17 +195,34 @@ class StackSpec(Spec):
     )
     memory: StackMemory
     capabilities: StackCapabilities
+    export_dialects: tuple[ExportDialect, ...] = Field(
+        default=("megatron_args", "torchtitan_toml"),
+        min_length=1,
+        max_length=7,
+        description="the launch files the stack's framework reads, in launch order (e.g. "
+        "Megatron-DeepSpeed: megatron_deepspeed_args and deepspeed_json); search exports write "
+        "the planner's layout.yaml and one file per dialect (default, for a stack file "
+        "written before this field: Megatron-LM arguments and a torchtitan TOML)",
+    )
     sources: tuple[str, ...] = Field(
         min_length=1,
         max_length=64,
         description="where each figure was read (framework source file and flag, docs, paper)",
     )
 
+    @field_validator("export_dialects")
+    @classmethod
+    def _each_dialect_once(cls, dialects: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(dialects)) != len(dialects):
+            raise ValueError(f"a dialect is listed twice: {list(dialects)}")
+        return dialects
+
 
 __all__ = [
     "AttentionImpl",
     "DataParallelImpl",
     "ExecutionMode",
+    "ExportDialect",
     "StackCapabilities",
     "StackDataParallel",
     "StackExecution",

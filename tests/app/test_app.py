@@ -301,6 +301,10 @@ def test_search_under_a_stack_searches_only_what_it_runs() -> None:
     assert not any(" Z1" in x for x in layouts), layouts
     text = " ".join(m.value for m in at.markdown) + " ".join(x.value for x in at.caption)
     assert "torchtitan-compiled" in text
+    # the downloads are in the stack's dialect: torchtitan TOML with compile on, no Megatron args
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert labels == ["Layout YAML", "torchtitan TOML", "JSON report"]
+    assert any("compile = true" in c.value for c in at.code)
 
 
 def test_search_with_no_feasible_layout_explains() -> None:

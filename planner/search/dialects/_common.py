@@ -1,0 +1,131 @@
+"""What every launch-file writer needs: batch arithmetic, the pipeline split, and the rule that a
+layout field a dialect cannot express is stated, never dropped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from planner.errors import PlannerError
+from planner.specs.layout import DEFAULT_RECOMPUTE_MODULES, Layout, Training
+from planner.specs.model import ModelSpec
+
+NOT_EXPRESSED = "NOT EXPRESSED"  # every statement of a dropped field carries this marker
+
+
+def grad_accumulation_steps(layout: Layout, training: Training) -> int:
+    """Micro-batches per DP rank and step: global_batch / (micro_batch x dp), which must be whole
+    (DeepSpeed asserts train_batch_size = micro x accumulation x data-parallel world size)."""
+    per_step = training.micro_batch * layout.dp
+    if training.global_batch % per_step:
+        raise PlannerError(
+            "training.global_batch",
+            f"{training.global_batch} sequences are not a whole number of accumulation steps of "
+            f"micro_batch {training.micro_batch} x dp {layout.dp}",
+            f"a multiple of {per_step}",
+        )
+    return training.global_batch // per_step
+
+
+@dataclass(frozen=True)
+class PipelineSplit:
+    """How ``model.layers`` split over pp x vpp stages, in Megatron-Core's terms.
+
+    ``even``: every (virtual) stage holds ``per_stage`` layers. Otherwise one of:
+    ``account_for_embedding_and_loss`` (counting the embedding and the loss as a layer each makes
+    the split even), ``first_stage_layers`` / ``last_stage_layers`` (the edge stages take the
+    smaller share, as planner/costs/pipeline.py models it), or neither: set it by hand.
+    """
+
+    even: bool
+    per_stage: int | None = None
+    account_for_embedding_and_loss: bool = False
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+
+
+def pipeline_split(model: ModelSpec, layout: Layout) -> PipelineSplit:
+    """The split of ``model`` over ``layout``'s (virtual) pipeline stages."""
+    pp, vpp, layers = layout.pp, layout.virtual_stages, model.layers
+    if layers % (pp * vpp) == 0:
+        return PipelineSplit(even=True, per_stage=layers // (pp * vpp))
+    if (layers + 2) % (pp * vpp) == 0:
+        return PipelineSplit(even=False, account_for_embedding_and_loss=True)
+    middle = -(-layers // pp)
+    rest = layers - (pp - 2) * middle
+    if vpp == 1 and pp > 2 and rest >= 2:
+        return PipelineSplit(
+            even=False, first_stage_layers=rest // 2, last_stage_layers=rest - rest // 2
+        )
+    return PipelineSplit(even=False)
+
+
+def by_hand_note(model: ModelSpec, layout: Layout) -> str:
+    """The statement for a split none of the Megatron-Core knobs makes even."""
+    return (
+        f"{model.layers} layers do not split evenly over pp*vpp = "
+        f"{layout.pp * layout.virtual_stages} stages: {NOT_EXPRESSED}, set the first / last "
+        "stage layer counts by hand"
+    )
+
+
+def field_value(layout: Layout, training: Training, name: str) -> Any:
+    """A layout or training field's effective value (vpp 1 for none, the resolved schedule)."""
+    if name == "vpp":
+        return layout.virtual_stages
+    if name == "schedule":
+        return layout.pipeline_schedule
+    if name in Layout.model_fields:
+        return getattr(layout, name)
+    return getattr(training, name)
+
+
+def _in_use(layout: Layout, training: Training, name: str) -> bool:
+    """Whether the field asks for something (a degree above 1, a switch on, a non-default)."""
+    value = field_value(layout, training, name)
+    if name == "sequence_parallel":
+        return bool(value) and layout.tp > 1
+    if name == "overlap_tp_comm":
+        return bool(value) and layout.tp > 1
+    if name == "overlap_ep_comm":
+        return bool(value) and layout.ep > 1
+    if name in ("schedule", "pp_scatter_gather"):
+        return layout.pp > 1 and value not in ("1f1b", False)
+    if name == "recompute":
+        return value != "none"
+    if name == "recompute_modules":
+        modules = value or DEFAULT_RECOMPUTE_MODULES
+        return training.recompute == "selective" and tuple(modules) != DEFAULT_RECOMPUTE_MODULES
+    if name == "cross_entropy":
+        return value == "in_place"
+    if name == "overlap_dp_grad_reduce":
+        return value is False and layout.dp > 1  # asked NOT to overlap
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value > (0 if name == "offload_layers" else 1)
+    return True
+
+
+def not_expressed(layout: Layout, training: Training, reasons: dict[str, str]) -> list[str]:
+    """``"layout.tp = 2: <reason>"`` for each field of ``reasons`` the layout uses: the dialect
+    has no key for it, and the statement says so instead of dropping it."""
+    out = []
+    for name, reason in reasons.items():
+        if _in_use(layout, training, name):
+            owner = "layout" if name in Layout.model_fields else "training"
+            value = field_value(layout, training, name)
+            shown = list(value) if isinstance(value, tuple) else value
+            out.append(f"{owner}.{name} = {shown}: {NOT_EXPRESSED} ({reason})")
+    return out
+
+
+__all__ = [
+    "NOT_EXPRESSED",
+    "PipelineSplit",
+    "by_hand_note",
+    "field_value",
+    "grad_accumulation_steps",
+    "not_expressed",
+    "pipeline_split",
+]

@@ -1,0 +1,141 @@
+"""A torchtitan job-config TOML fragment for a layout.
+
+Key names follow the dataclasses of ``torchtitan/config/job_config.py`` in pytorch/torchtitan
+(read at commit 000204a4a8bf): ``[training]`` local_batch_size, global_batch_size, seq_len,
+mixed_precision_param, compile; ``[parallelism]`` data_parallel_replicate_degree,
+data_parallel_shard_degree, fsdp_reshard_after_forward ("default" | "always" | "never"),
+tensor_parallel_degree, enable_async_tensor_parallel (effective only when compiled),
+pipeline_parallel_degree, pipeline_parallel_schedule (torch.distributed.pipelining
+``get_schedule_class`` names, from the layout's schedule object: "1F1B", "Interleaved1F1B",
+"InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"), pipeline_parallel_microbatch_size,
+pipeline_parallel_layers_per_stage, context_parallel_degree, expert_parallel_degree;
+``[activation_checkpoint]`` mode ("none" | "selective" | "full"), selective_ac_option;
+``[model]`` converters (["float8"], registered as "float8" in
+``torchtitan/components/quantization/float8.py``). Later releases moved some of these (the last
+TOML-era ``job_config.py``, 238fa9953e4a: ``[compile] enable``, float8 as the
+``quantize.linear.float8`` converter; the current tree has no TOML at all): the exported names
+are the long-standing ones, and the compile line says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.schedules import schedule_of
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+
+def _even_stages(model: ModelSpec, layout: Layout) -> bool:
+    return model.layers % (layout.pp * layout.virtual_stages) == 0
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _toml_table(name: str, rows: list[tuple[str, Any]]) -> list[str]:
+    return [f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in rows] + [""]
+
+
+def torchtitan_toml(model: ModelSpec, gpus: int, layout: Layout, training: Training) -> str:
+    """A torchtitan job-config fragment (``[training]``, ``[parallelism]``,
+    ``[activation_checkpoint]``; ``[model]`` for fp8).
+
+    torchtitan shards with FSDP2 or replicates with DDP: ZeRO-3 maps to
+    ``data_parallel_shard_degree = dp``, ZeRO-2 to the same with ``fsdp_reshard_after_forward =
+    "never"`` (parameters stay gathered from forward to backward), ZeRO-0/1 to
+    ``data_parallel_replicate_degree = dp`` (ZeRO-1 has no torchtitan equivalent: a comment says
+    so). Without pipelining ``local_batch_size`` is the micro-batch and gradient accumulation
+    reaches ``global_batch_size``; with pipelining ``local_batch_size`` is the whole per-replica
+    batch, split into micro-batches of ``pipeline_parallel_microbatch_size``. Compiled execution
+    (``Training.execution``, the torchtitan-compiled stacks) sets ``[training] compile``; TP
+    overlap sets ``enable_async_tensor_parallel``, which torchtitan applies only when compiled.
+    """
+    shard = layout.zero >= 2
+    per_replica = training.global_batch // layout.dp
+    local = per_replica if layout.pp > 1 else training.micro_batch
+    lines = [f"# torchtitan job config fragment for {model.name} on {gpus} GPUs", ""]
+    if layout.zero == 1:
+        lines += [
+            "# ZeRO-1 has no torchtitan equivalent: DDP replication is shown; "
+            "data_parallel_shard_degree = dp (FSDP) saves memory at the cost of parameter "
+            "all-gathers",
+            "",
+        ]
+    if training.precision == "fp8":
+        lines += _toml_table("model", [("converters", ["float8"])])
+    rows: list[tuple[str, Any]] = [
+        ("local_batch_size", local),
+        ("global_batch_size", training.global_batch),
+        ("seq_len", training.seq_len),
+        ("mixed_precision_param", "float32" if training.precision == "fp32" else "bfloat16"),
+    ]
+    if training.execution == "compiled":
+        rows.append(("compile", True))
+        lines += ["# later torchtitan releases spell [training] compile as [compile] enable", ""]
+    lines += _toml_table("training", rows)
+    parallel: list[tuple[str, Any]] = [
+        ("data_parallel_replicate_degree", 1 if shard else layout.dp),
+        ("data_parallel_shard_degree", layout.dp if shard else 1),
+    ]
+    if layout.zero == 2:
+        parallel.append(("fsdp_reshard_after_forward", "never"))
+    parallel.append(("tensor_parallel_degree", layout.tp))
+    if layout.overlap_tp_comm and layout.tp > 1:
+        parallel.append(("enable_async_tensor_parallel", True))
+        if training.execution != "compiled":
+            lines += ["# enable_async_tensor_parallel takes effect only with compile", ""]
+    lines += _pipeline_toml(model, layout, training, parallel)
+    ac: list[tuple[str, Any]] = [("mode", training.recompute)]
+    if training.recompute == "selective":
+        ac.append(("selective_ac_option", "op"))
+    lines += _toml_table("activation_checkpoint", ac)
+    return "\n".join(lines)
+
+
+def _pipeline_toml(
+    model: ModelSpec, layout: Layout, training: Training, parallel: list[tuple[str, Any]]
+) -> list[str]:
+    """The pipeline, context and expert rows of ``[parallelism]`` (appended to ``parallel``)
+    with the comments they need, then the ``[parallelism]`` table."""
+    lines: list[str] = []
+    sched = schedule_of(layout)
+    parallel.append(("pipeline_parallel_degree", layout.pp))
+    if sched.torchtitan is not None:
+        parallel.append(("pipeline_parallel_schedule", sched.torchtitan))
+        if sched.torchtitan_note and layout.pp > 1:
+            lines += [f"# pipeline schedule {sched.torchtitan}: {sched.torchtitan_note}", ""]
+    else:
+        lines += [
+            f"# pipeline schedule {sched.name} ({sched.title}) has no torchtitan name: "
+            f"{sched.torchtitan_note}; pipeline_parallel_schedule left unset",
+            "",
+        ]
+    parallel.append(("pipeline_parallel_microbatch_size", training.micro_batch))
+    if layout.virtual_stages > 1 and _even_stages(model, layout):
+        per_stage = model.layers // (layout.pp * layout.virtual_stages)
+        parallel.append(("pipeline_parallel_layers_per_stage", per_stage))
+    elif layout.pp > 1 and not _even_stages(model, layout):
+        lines += [
+            f"# {model.layers} layers do not split evenly over {layout.pp * layout.virtual_stages}"
+            " pipeline stages: torchtitan infers an uneven split; set "
+            "pipeline_parallel_split_points to control it",
+            "",
+        ]
+    parallel += [
+        ("context_parallel_degree", layout.cp),
+        ("expert_parallel_degree", layout.ep),
+    ]
+    if layout.ep > 1 and layout.zero < 2:
+        lines += ["# torchtitan carves expert parallelism out of data_parallel_shard_degree", ""]
+    return lines + _toml_table("parallelism", parallel)
+
+
+__all__ = ["torchtitan_toml"]
