@@ -236,7 +236,9 @@ def report_json(run_: c.SearchRun, top: list[Evaluated]) -> str:
         "space_size": result.space_size,
         "notes": result.notes,
         "why": breakdown_differences(best, runner) if runner else [],
-        "exports": exports(run_.model, best.gpus, best.layout, best.training, run_.stack),
+        "exports": exports(
+            run_.model, best.gpus, best.layout, best.training, run_.stack, run_.cluster
+        ),
         "pareto": {k: [entry(e) for e in v] for k, v in result.pareto.items()},
     }
     return json.dumps(out, indent=2)
@@ -321,7 +323,7 @@ def _export_downloads(run_: c.SearchRun, top: list[Evaluated]) -> None:
     """Download buttons for the best layout's exports (the search's stack's launch files, or
     Megatron-LM arguments and torchtitan TOML without one) and the JSON report, and a preview."""
     best = top[0]
-    texts = exports(run_.model, best.gpus, best.layout, best.training, run_.stack)
+    texts = exports(run_.model, best.gpus, best.layout, best.training, run_.stack, run_.cluster)
     st.markdown("**Export the best layout**")
     files = [
         (DIALECTS[k].label, text, DIALECTS[k].file_name, DIALECTS[k].mime)

@@ -20,7 +20,7 @@ from rich.table import Table
 import planner
 from planner.cli.common import CLUSTER_HELP, MODEL_HELP, add_profile_device_flag
 from planner.cli.common import console as stdout_console
-from planner.cli.inputs import add_stack_flag, with_stack
+from planner.cli.inputs import LAYOUT_NAMES_IT, add_stack_flag, load_model_cluster, with_stack
 from planner.errors import PlannerError
 from planner.kineto import KinetoTrace, compare, load_kineto
 from planner.report import StepReport
@@ -37,8 +37,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "per step with the simulated step of the same layout.",
     )
     p.add_argument("trace", metavar="REAL.json", help="PyTorch profiler trace (.json/.json.gz)")
-    p.add_argument("--model", required=True, help=MODEL_HELP)
-    p.add_argument("--cluster", required=True, help=CLUSTER_HELP)
+    p.add_argument("--model", default=None, help=MODEL_HELP + LAYOUT_NAMES_IT)
+    p.add_argument("--cluster", default=None, help=CLUSTER_HELP + LAYOUT_NAMES_IT)
     p.add_argument(
         "--layout",
         required=True,
@@ -61,8 +61,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def _simulate(args: argparse.Namespace) -> StepReport:
     from planner.search.export import load_layout_file
 
-    model = planner.load_model(args.model)
-    cluster = planner.load_cluster(args.cluster)
+    model, cluster = load_model_cluster(args)
     layout, training, file_gpus = load_layout_file(args.layout)
     if training is None:
         raise PlannerError(

@@ -12,6 +12,7 @@ generated (:data:`LEGACY_FLAGS`).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import planner
 from planner.cli.common import (
@@ -58,11 +59,49 @@ def _add_dp_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+LAYOUT_NAMES_IT = " (required unless the --layout FILE names it)"
+
+
+def _named(flag: str, given: str | None, in_file: str | None, name_of: Callable[[str], str]) -> str:
+    """The --model / --cluster to load: the flag, else the layout file's; both and different
+    is an error naming both."""
+    if given is None and in_file is None:
+        raise PlannerError(
+            flag, "required (or a --layout FILE that names it)", "a shipped id or a path"
+        )
+    if given is None:
+        return str(in_file)
+    if in_file is not None and name_of(given) != in_file:
+        raise PlannerError(
+            flag,
+            f"{given} is not the layout file's {flag[2:]} {in_file}",
+            f"{in_file}, or leave {flag} out to use the file's",
+        )
+    return given
+
+
+def load_model_cluster(args: argparse.Namespace) -> tuple[ModelSpec, Cluster]:
+    """The model and cluster of a simulate-like command: the flags, or the names in the
+    ``--layout FILE`` (written by ``planner search --export-dir``); a flag that contradicts
+    the file is an error, so an exported layout never runs silently on another model."""
+    from planner.search.export import layout_file_names
+
+    names = layout_file_names(args.layout) if getattr(args, "layout", None) else {}
+    model_arg = _named(
+        "--model", args.model, names.get("model"), lambda a: planner.load_model(a).name
+    )
+    cluster_arg = _named(
+        "--cluster", args.cluster, names.get("cluster"), lambda a: planner.load_cluster(a).id
+    )
+    args.model, args.cluster = model_arg, cluster_arg
+    return planner.load_model(model_arg), planner.load_cluster(cluster_arg)
+
+
 def add_layout_flags(p: argparse.ArgumentParser) -> None:
     """The model, cluster, layout, training and profile flags shared by ``simulate``,
     ``goodput`` and ``advise`` (read back by :func:`simulate_inputs`)."""
-    p.add_argument("--model", required=True, help=MODEL_HELP)
-    p.add_argument("--cluster", required=True, help=CLUSTER_HELP)
+    p.add_argument("--model", default=None, help=MODEL_HELP + LAYOUT_NAMES_IT)
+    p.add_argument("--cluster", default=None, help=CLUSTER_HELP + LAYOUT_NAMES_IT)
     p.add_argument(
         "--gpus",
         type=int,
@@ -219,8 +258,7 @@ def simulate_baseline(
     args: argparse.Namespace,
 ) -> tuple[ModelSpec, Cluster, Layout, Training, CalibrationProfile, StepReport]:
     """Model, cluster, layout, training, profile and the StepReport the flags describe."""
-    model = planner.load_model(args.model)
-    cluster = planner.load_cluster(args.cluster)
+    model, cluster = load_model_cluster(args)
     gpus, layout, training = simulate_inputs(args)
     stack, layout, training = with_stack(args, model, layout, training)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)

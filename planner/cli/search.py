@@ -334,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     top = result.top(args.top)
     runner = top[1] if len(top) > 1 else None
     stack = stack_flag(args, default=NO_STACK)  # the files are in the stack's dialects
-    texts = exports(model, best.gpus, best.layout, best.training, stack)
+    texts = exports(model, best.gpus, best.layout, best.training, stack, cluster)
     paths = write_exports(args.export_dir, texts) if args.export_dir else []
     why = breakdown_differences(best, runner) if runner else []
     if args.json:

@@ -9,7 +9,13 @@ from typing import Any
 import planner
 from planner.cli.common import console, json_out
 from planner.cli.fields import comma_list
-from planner.cli.inputs import add_layout_flags, run_profile, simulate_inputs, with_stack
+from planner.cli.inputs import (
+    add_layout_flags,
+    load_model_cluster,
+    run_profile,
+    simulate_inputs,
+    with_stack,
+)
 from planner.cli.misfit import misfit_advice, misfit_json, print_misfit
 from planner.render import render_simulation
 from planner.timeline import write_trace
@@ -45,8 +51,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """One step prediction as rich tables or JSON."""
-    model = planner.load_model(args.model)
-    cluster = planner.load_cluster(args.cluster)
+    model, cluster = load_model_cluster(args)
     gpus, layout, training = simulate_inputs(args)
     stack, layout, training = with_stack(args, model, layout, training)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)

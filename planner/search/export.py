@@ -37,6 +37,7 @@ from planner.search.dialects import (
     nemo_overrides,
     torchtitan_toml,
 )
+from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import parse_spec, read_yaml_file
 from planner.specs.model import ModelSpec
@@ -72,7 +73,7 @@ TRAINING_FIELDS = (
     "cross_entropy",
     "offload_layers",
 )
-FILE_KEYS = ("model", "gpus", "layout", "training")
+FILE_KEYS = ("model", "cluster", "gpus", "layout", "training")
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
@@ -95,18 +96,20 @@ def layout_yaml(
     layout: Layout,
     training: Training,
     stack: StackSpec | None = None,
+    cluster: Cluster | None = None,
 ) -> str:
-    """A YAML document ``{model, gpus, layout, training}`` that :func:`load_layout_file` reads
-    (``stack``: named in the header's ``planner simulate`` line)."""
-    doc = {
-        "model": model.name,
-        "gpus": gpus,
-        "layout": layout_dict(layout),
-        "training": training_dict(training),
-    }
+    """A YAML document ``{model, cluster, gpus, layout, training}`` that
+    :func:`load_layout_file` reads (``cluster`` None: not written, the reader passes
+    --cluster; ``stack``: named in the header's ``planner simulate`` line). A file that names
+    its model and cluster is enough for ``planner simulate --layout FILE``."""
+    doc: dict[str, Any] = {"model": model.name}
+    if cluster is not None:
+        doc["cluster"] = cluster.id
+    doc |= {"gpus": gpus, "layout": layout_dict(layout), "training": training_dict(training)}
+    flags = "" if cluster is not None else "--model M --cluster C "
     header = (
         f"# planner layout: {model.name} on {gpus} GPUs\n"
-        "# planner simulate --model M --cluster C --layout THIS_FILE"
+        f"# planner simulate {flags}--layout THIS_FILE"
         + (f" --stack {stack.name}" if stack is not None else "")
         + "\n"
     )
@@ -146,12 +149,32 @@ def parse_layout_document(data: Any) -> tuple[Layout, Training | None, int | Non
     return layout, training, gpus
 
 
-def load_layout_file(path: str | Path) -> tuple[Layout, Training | None, int | None]:
-    """Read a file written by :func:`layout_yaml` (safe YAML); errors name the bad field."""
+def layout_file_names(path: str | Path) -> dict[str, str]:
+    """The ``model`` and ``cluster`` a layout file names (either may be absent)."""
+    data = read_yaml_file(_layout_path(path), "--layout")
+    if not isinstance(data, dict):
+        return {}
+    out = {}
+    for key in ("model", "cluster"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise PlannerError(f"--layout: {key}", f"{value!r} is not a name", "a shipped id")
+        out[key] = value
+    return out
+
+
+def _layout_path(path: str | Path) -> Path:
     p = Path(path)
     if not p.is_file():
         raise PlannerError("--layout", f"file not found: {p}", "a layout YAML file")
-    return parse_layout_document(read_yaml_file(p, "--layout"))
+    return p
+
+
+def load_layout_file(path: str | Path) -> tuple[Layout, Training | None, int | None]:
+    """Read a file written by :func:`layout_yaml` (safe YAML); errors name the bad field."""
+    return parse_layout_document(read_yaml_file(_layout_path(path), "--layout"))
 
 
 Writer = Callable[[ModelSpec, int, Layout, Training, "StackSpec | None"], str]
@@ -262,6 +285,7 @@ def exports(
     layout: Layout,
     training: Training,
     stack: StackSpec | None = None,
+    cluster: Cluster | None = None,
 ) -> dict[str, str]:
     """``layout_yaml`` and the stack's export dialects (no stack: Megatron-LM arguments and
     torchtitan TOML), keyed by dialect name. With a stack, the layout and training are first
@@ -269,9 +293,9 @@ def exports(
     if stack is not None:
         layout, training = apply_stack(stack, model, layout, training)
     names = NO_STACK_DIALECTS if stack is None else stack.export_dialects
-    return {
-        name: DIALECTS[name].write(model, gpus, layout, training, stack)
-        for name in ("layout_yaml", *names)
+    texts = {"layout_yaml": layout_yaml(model, gpus, layout, training, stack, cluster)}
+    return texts | {
+        name: DIALECTS[name].write(model, gpus, layout, training, stack) for name in names
     }
 
 
