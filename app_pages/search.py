@@ -312,6 +312,8 @@ def _pareto_charts(result: SearchResult) -> None:
         ),
         key="srch_pareto_gpus",
     )
+    if len({e.gpus for e in result.ranked}) <= 1:
+        tabs[1].caption("One GPU count was searched: set a maximum GPU count to compare them.")
     st.caption(
         f"Plotted: the {len(points):,} best feasible layouts (of "
         f"{sum(e.feasible for e in result.ranked):,}); the front: no other layout is better on "

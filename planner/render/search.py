@@ -60,10 +60,10 @@ def render_search_summary(
     rows.append(("evaluated", f"{result.evaluated:,} simulated, {feasible:,} fit in memory"))
     by_rule = getattr(result, "rejected_by_rule", {})
     for rule, n in sorted(by_rule.items(), key=lambda kv: -kv[1]):
-        rows.append(("removed by rule", f"{n:,}: {rule}"))
+        rows.append(("removed by rule", f"{n:,} candidates, before simulating: {rule}"))
     for reason, n in sorted(result.infeasible.items(), key=lambda kv: -kv[1]):
         if reason not in by_rule:  # the rules' counts are listed above
-            rows.append(("rejected", f"{n:,}: {reason}"))
+            rows.append(("rejected after simulating", f"{n:,}: {reason}"))
     rows.append(("time", _fmt(result.seconds, 2, " s")))
     console.print(_kv_table("Layout search", rows))
 
@@ -169,6 +169,12 @@ def render_search_why(
 def render_pareto(console: Console, fronts: dict[str, list[Any]]) -> None:
     """Each Pareto front as a table, best first on its first axis."""
     for name, front in fronts.items():
+        if name.endswith("_vs_gpus") and len({e.gpus for e in front}) <= 1:
+            console.print(
+                "Pareto front of tokens/s against GPUs: one GPU count was searched; pass "
+                "--gpus-max N to search GPU counts up to N."
+            )
+            continue
         table = Table(title=f"Pareto front: {name.replace('_', ' ')}", title_justify="left")
         for h in (
             "GPUs",

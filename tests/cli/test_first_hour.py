@@ -80,3 +80,27 @@ def test_simulate_trace_confirms_the_file(tmp_path, capsys):
     json.loads(buf.getvalue())  # stdout stays pure JSON
     assert path.is_file()
     assert f"wrote {path}" in capsys.readouterr().err
+
+
+SEARCH8 = ["search", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+SEARCH8 += ["--global-batch", "32", "--method", "exhaustive", "--top", "1"]
+
+
+def _text(argv: list[str]) -> str:
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(argv) == 0
+    return buf.getvalue()
+
+
+def test_pareto_with_one_gpu_count_says_how_to_get_the_gpu_front():
+    out = _text([*SEARCH8, "--pareto"])
+    assert "Pareto front: tokens per s vs memory headroom" in out
+    assert "Pareto front: tokens per s vs gpus" not in out
+    assert "--gpus-max N" in out
+
+
+def test_search_summary_says_what_was_simulated_and_what_was_not():
+    out = _text(SEARCH8)
+    assert "candidates, before simulating" in out
+    assert "rejected after simulating" in out
