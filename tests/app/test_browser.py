@@ -241,9 +241,15 @@ def screenshot(page: Page, path: Path) -> None:
 
 
 # ---- tests --------------------------------------------------------------------------------------
-def test_estimate_picks_model_and_cluster(page: Page, app_url: str, shots: Path) -> None:
+def test_estimate_picks_model_and_cluster(
+    page: Page, app_url: str, shots: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
     open_page(page, app_url)
     sync_api.expect(page.get_by_test_id("stMetricLabel").filter(has_text="MFU")).to_be_visible()
+    seconds = time.monotonic() - started
+    with capsys.disabled():  # a measurement, printed for the log, never asserted
+        print(f"\nfirst page (Estimate) rendered in {seconds:.2f} s after the server was up")
     sync_api.expect(page.locator(".st-key-est_gpus input")).to_have_value("8")
     before = metric_value(page, "Tokens/s")
     select(page, "Model", "llama2-13b")
