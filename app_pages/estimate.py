@@ -21,6 +21,7 @@ from app_pages import common as c
 from app_pages import estimate_extras as extras
 from planner.divisors import divisors
 from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.fixes import Fix, memory_fixes
 from planner.legality import check_layout
 from planner.report import StepReport
 from planner.safe_io import dumps_strict
@@ -216,8 +217,34 @@ def _report_key(report: StepReport) -> str:
     )
 
 
-def show_report(model: ModelSpec, cluster: Cluster, layout: Layout, report: StepReport) -> None:
-    """Headline numbers, memory verdict, the three charts and the details."""
+def misfit_text(report: StepReport, fixes: list[Fix]) -> str:
+    """The memory verdict of a layout that does not fit: by how much, and what fits."""
+    text = (
+        f"Does not fit in memory: {c.fmt_gib(report.peak_memory_gib)} needed, "
+        f"{c.fmt_gib(report.usable_memory_gib)} usable. " + " ".join(report.feasibility)
+    )
+    if not fixes:
+        return text + (
+            " No change of ZeRO stage, recompute, micro-batch, TP or PP (up to three at once) "
+            "fits: try the Search page."
+        )
+    changes = "; ".join(
+        f"{' '.join(f.flags)} ({f.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+        f"{c.fmt_gib(f.peak_memory_gib)})"
+        for f in fixes
+    )
+    return text + f"  \nCheapest changes that fit: {c.md_escape(changes)}."
+
+
+def show_report(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    report: StepReport,
+    fixes: list[Fix] | None = None,
+) -> None:
+    """Headline numbers, memory verdict (with ``fixes``, the cheapest changes that fit, when
+    it does not fit), the three charts and the details."""
     cols = st.columns(5)
     cols[0].metric(
         "Tokens/s", c.fmt_count(report.tokens_per_s), help="tokens per second, whole job"
@@ -238,12 +265,7 @@ def show_report(model: ModelSpec, cluster: Cluster, layout: Layout, report: Step
             f"pipeline stage ({c.fmt_gib(report.memory_headroom_gib)} free)."
         )
     else:
-        st.warning(
-            f"Does not fit in memory: {c.fmt_gib(report.peak_memory_gib)} needed, "
-            f"{c.fmt_gib(report.usable_memory_gib)} usable. "
-            + " ".join(report.feasibility)
-            + " Try recompute, a higher ZeRO stage, more tp/pp or a smaller micro-batch."
-        )
+        st.warning(misfit_text(report, fixes or []))
     left, right = st.columns(2)
     left.plotly_chart(
         charts.memory_figure(report, cluster.accelerator.hbm_capacity_gib), key="est_mem_chart"
@@ -370,7 +392,8 @@ def body() -> None:
     except PlannerError as exc:
         st.error(c.one_line(exc))
         return
-    show_report(model, cluster, layout, report)
+    fixes = [] if report.fits else memory_fixes(model, cluster, layout, training, profile, stack)
+    show_report(model, cluster, layout, report, fixes)
     st.caption(c.profile_caption(cluster, profile))
     stacks.report_caption(report)
     stacks.compare_section(model, cluster, layout, training, profile)

@@ -663,3 +663,12 @@ def test_stack_none_costs_the_inputs_as_given() -> None:
     _ok(at)
     assert not at.error, [e.value for e in at.error]
     assert not any("reserved peak" in c.value for c in at.caption)
+
+
+def test_estimate_misfit_names_the_cheapest_changes_that_fit() -> None:
+    """Issue 15 item 3 in the app: a layout that does not fit lists what would."""
+    at = _app(est_pp=1, est_tp=1, est_gpus=8, est_model="llama3.1-8b", est_zero=0)
+    _ok(at)
+    (warn,) = [w.value for w in at.warning if "Does not fit" in w.value]
+    assert "Cheapest changes that fit:" in warn
+    assert "--zero 2" in warn and "tokens/s/GPU" in warn
