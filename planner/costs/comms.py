@@ -9,8 +9,11 @@ all-reduce moves 2(n-1)/n of the buffer per rank, all-gather / reduce-scatter / 
 A group that spans domains runs hierarchically (intra-domain phase on NVLink, inter-domain phase
 on the NIC carrying 1/per_domain of the buffer; ml-engineering "Inter-node speed depends on
 intra-node speed"; jax-ml scaling-book gpus.md), the two phases partly pipelined.
-Latency follows NCCL's model (src/graph/tuning.cc): a base latency plus a per-step hardware
-latency, ring steps inside a domain and tree steps (2 log2 k) across domains.
+Latency follows NCCL's model (src/graph/tuning.cc, via shared/reference/hardware.md B6(a)): a
+base latency plus a per-step hardware latency. All-reduce across domains runs as a tree (ring
+steps inside a domain, 2 log2 k tree steps across); all-gather and reduce-scatter run as rings
+(NCCL has no tree for them), n - 1 steps of which k - 1 cross a domain boundary, so their
+latency grows linearly with the group: about 7 ms for a 1,536-rank all-gather on A100 nodes.
 """
 
 from __future__ import annotations
@@ -148,7 +151,11 @@ def collective_time_s(
     if k == 1:
         return fabric.base_latency_s + intra_lat + intra
     inter = _factor(kind, k) * (buffer_bytes / g) / fabric.out_bytes_per_s
-    inter_lat = 2 * math.log2(k) * fabric.out_latency_s
+    if kind == "all_reduce":  # NCCL's tree across domains: log latency
+        inter_lat = 2 * math.log2(k) * fabric.out_latency_s
+    else:  # all-gather / reduce-scatter run as rings: n - 1 steps, k - 1 of them across domains
+        intra_lat = (where.size - k) * fabric.up_latency_s
+        inter_lat = (k - 1) * fabric.out_latency_s
     hidden = fabric.hierarchical_overlap * min(intra, inter)
     return fabric.base_latency_s + intra_lat + inter_lat + intra + inter - hidden
 

@@ -287,10 +287,22 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
             kind, params.stage_experts * nbytes_per_param, edp_group, fabric
         )
 
+    def coll_unit(kind: comms.Collective, nbytes_per_param: float, units: float) -> float:
+        """One of ``units`` equal collectives over the stage's parameters."""
+        return comms.collective_time_s(
+            kind, dense_p * nbytes_per_param / units, dp_group, fabric
+        ) + comms.collective_time_s(
+            kind, params.stage_experts * nbytes_per_param / units, edp_group, fabric
+        )
+
     bucket_frac = min(1.0, DP_BUCKET_PARAMS / max(params.local, 1.0))
     if layout.zero >= 3:
-        ag = coll("all_gather", 2.0)
-        rs = coll("reduce_scatter", grad_b)
+        # one all-gather and one reduce-scatter per layer and pass: ZeRO-3 / FSDP shard each
+        # transformer block as a unit (torchtitan fully_shard per TransformerBlock, FSDP1
+        # auto-wrap per block), so every layer pays the collective's latency once
+        units = max(params.stage_layers, 1.0)
+        ag = units * coll_unit("all_gather", 2.0, units)
+        rs = units * coll_unit("reduce_scatter", grad_b, units)
         if not layout.overlap_zero3_param_gather:
             return DataParallel(2 * ag + rs, ag, 0.0, 2 * ag + rs, 0.0)
         first_layer = ag / max(params.stage_layers, 1.0)

@@ -216,3 +216,37 @@ def test_pipeline_scatter_gather_splits_the_message_over_tp():
     assert planner.simulate(model, a100, sp, tr).time_breakdown_s["pp_comm"] == pytest.approx(
         planner.simulate(model, a100, sp_sg, tr).time_breakdown_s["pp_comm"]
     )
+
+
+# ---- ring latency of all-gather / reduce-scatter (NCCL tuning.cc: no tree for them) -----------
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+def test_ring_collectives_pay_one_step_latency_per_rank(kind):
+    """A tiny buffer: the time is latency, base + (n - k) intra steps + (k - 1) inter steps."""
+    fab = _fabric()
+    where = comms.place(64, 1, 8)  # 8 domains of 8
+    t = comms.collective_time_s(kind, 1.0, where, fab)
+    expected = BASE + (64 - 8) * UP_LAT + (8 - 1) * OUT_LAT
+    assert t == pytest.approx(expected, rel=1e-3)
+
+
+def test_all_gather_latency_grows_linearly_all_reduce_logarithmically():
+    fab = _fabric()
+    small, big = comms.place(64, 1, 8), comms.place(1024, 1, 8)
+    ag = [comms.collective_time_s("all_gather", 1.0, w, fab) for w in (small, big)]
+    ar = [comms.collective_time_s("all_reduce", 1.0, w, fab) for w in (small, big)]
+    assert ag[1] / ag[0] > 10  # 16x the ranks: about 16x the latency
+    assert ar[1] / ar[0] < 2  # log2(128) / log2(8) steps across domains
+
+
+def test_zero3_pays_one_gather_latency_per_layer():
+    """More layers of the same total size: more collectives, more latency (FSDP units)."""
+    cluster = planner.load_cluster("dgx-a100-80gb")
+    layout = planner.Layout(dp=256, zero=3, overlap_zero3_param_gather=False)
+    training = planner.Training(seq_len=2048, global_batch=256, precision="bf16")
+    base = planner.load_model("gpt3-1.3b")
+    deep = base.model_copy(update={"layers": base.layers * 4, "hidden": base.hidden // 2})
+    dp = {}
+    for name, model in (("base", base), ("deep", deep)):
+        r = planner.simulate(model, cluster, layout, training, stack=None)
+        dp[name] = r.time_breakdown_s["dp_comm"]
+    assert dp["deep"] > dp["base"]
