@@ -47,6 +47,7 @@ against NVIDIA/Megatron-LM at d98e8a64ddf3 (``megatron/core/model_parallel_confi
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from planner.schedules import schedule_of
@@ -205,6 +206,20 @@ def _comments(notes: list[str]) -> list[str]:
     return [f"# {n}" for n in notes]
 
 
+def _override_lines(
+    title: str,
+    launch: str,
+    rows: list[tuple[str, str, Any]],
+    prefixes: dict[str, str],
+    literal: Callable[[Any], str],
+) -> list[str]:
+    """The header comments (what, how to launch, what stays the recipe's) and one
+    ``path=value`` line per (section, field, value) row under ``prefixes[section]``."""
+    lines = [f"# {title}", f"# {launch}"]
+    lines.append("# architecture, tokenizer, data and optimizer settings are the recipe's")
+    return lines + [_override(prefixes[s] + f, v, literal) for s, f, v in rows]
+
+
 NEMO_PREFIX = {
     "parallel": "trainer.strategy.",
     "batch": "data.",
@@ -221,15 +236,15 @@ def nemo_overrides(model: ModelSpec, gpus: int, layout: Layout, training: Traini
     rows, notes = _core_rows(model, layout, training)
     if layout.zero == 3:
         rows.append(("strategy", "fsdp", "megatron"))
-    lines = [
-        f"# NeMo 2 recipe overrides for {model.name} on {gpus} GPUs "
+    lines = _override_lines(
+        f"NeMo 2 recipe overrides for {model.name} on {gpus} GPUs "
         f"(trainer.num_nodes x trainer.devices = {gpus}; data parallel size {layout.dp})",
-        "# nemo llm pretrain --factory RECIPE $(grep -v '^#' nemo_overrides.txt); "
+        "nemo llm pretrain --factory RECIPE $(grep -v '^#' nemo_overrides.txt); "
         "in Python: recipe.<path> = <value>",
-        "# architecture, tokenizer, data and optimizer settings are the recipe's",
-    ]
-    prefixes = NEMO_PREFIX | {"strategy": "trainer.strategy."}
-    lines += [_override(prefixes[s] + f, v, _python_literal) for s, f, v in rows]
+        rows,
+        NEMO_PREFIX | {"strategy": "trainer.strategy."},
+        _python_literal,
+    )
     plugins = {"bf16": "bf16_mixed", "fp8": "bf16_mixed", "fp16": "fp16_mixed"}
     if training.precision in plugins:  # NeMo-Run factories (Python: bf16_mixed())
         lines.append(f"trainer.plugins={plugins[training.precision]}")
@@ -285,15 +300,15 @@ def megatron_bridge_overrides(
         )
     if any(s == "overlap" for s, _, _ in rows):
         notes.append("comm_overlap.* need a CommOverlapConfig in the recipe (not None)")
-    lines = [
-        f"# Megatron-Bridge overrides for {model.name} on {gpus} GPUs (torchrun world size "
+    lines = _override_lines(
+        f"Megatron-Bridge overrides for {model.name} on {gpus} GPUs (torchrun world size "
         f"{gpus}; data parallel size {layout.dp})",
-        "# scripts/training/train.sh ... $(grep -v '^#' megatron_bridge_overrides.txt); "
+        "scripts/training/train.sh ... $(grep -v '^#' megatron_bridge_overrides.txt); "
         "in Python: cfg.<path> = <value>",
-        "# architecture, tokenizer, data and optimizer settings are the recipe's",
-    ]
-    prefixes = BRIDGE_PREFIX | {"top": ""}
-    lines += [_override(prefixes[s] + f, v, _hydra_literal) for s, f, v in rows]
+        rows,
+        BRIDGE_PREFIX | {"top": ""},
+        _hydra_literal,
+    )
     return "\n".join(lines + _comments(notes)) + "\n"
 
 
