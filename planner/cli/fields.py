@@ -45,6 +45,7 @@ def add_field_flags(
     helps: Mapping[str, str] | None = None,
     custom: Mapping[str, Callable[[Any], None]] | None = None,
     unset: Collection[str] = (),
+    required_note: str = "",
 ) -> tuple[str, ...]:
     """Add one flag per field of ``spec`` to ``parser`` (or an argument group), ``dest`` = the
     field name; return the field names.
@@ -55,7 +56,8 @@ def add_field_flags(
     the field has no description; ``custom``: field -> a function that adds that field's flag
     by hand, called in the field's place; ``unset``: fields whose flag defaults to None (not
     given: the software stack's value, else the spec's), a switch among them also gets its
-    opposite (``--x`` and ``--no-x``).
+    opposite (``--x`` and ``--no-x``); ``required_note``: appended to the help of a field the
+    spec requires and the command line gives no default (the caller checks it is given).
     """
     flags, defaults, helps, custom = flags or {}, defaults or {}, helps or {}, custom or {}
     for field in input_fields(spec):
@@ -65,6 +67,8 @@ def add_field_flags(
         default = defaults.get(field.name, field.default)
         kwargs: dict[str, Any] = {"dest": field.name, "default": default}
         text = _help(field, default, helps.get(field.name))
+        if field.required and default is None and required_note:
+            text = f"{text} {required_note}" if text else required_note.strip("() ")
         flag = flags.get(field.name, field.flag)
         if field.name in unset:
             kwargs["default"] = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 import planner
 from planner.cli.common import (
@@ -62,22 +63,29 @@ def _add_dp_flag(p: argparse.ArgumentParser) -> None:
 LAYOUT_NAMES_IT = " (required unless the --layout FILE names it)"
 
 
-def _named(flag: str, given: str | None, in_file: str | None, name_of: Callable[[str], str]) -> str:
-    """The --model / --cluster to load: the flag, else the layout file's; both and different
-    is an error naming both."""
+def _named(
+    flag: str,
+    given: str | None,
+    in_file: str | None,
+    load: Callable[[str], Any],
+    name_of: Callable[[Any], str],
+) -> tuple[str, Any]:
+    """(the id or path used, the loaded spec) for --model / --cluster: the flag, else the
+    layout file's; both and different is an error naming both. Each spec is loaded once."""
     if given is None and in_file is None:
         raise PlannerError(
             flag, "required (or a --layout FILE that names it)", "a shipped id or a path"
         )
     if given is None:
-        return str(in_file)
-    if in_file is not None and name_of(given) != in_file:
+        return str(in_file), load(str(in_file))
+    spec = load(given)
+    if in_file is not None and name_of(spec) != in_file:
         raise PlannerError(
             flag,
             f"{given} is not the layout file's {flag[2:]} {in_file}",
             f"{in_file}, or leave {flag} out to use the file's",
         )
-    return given
+    return given, spec
 
 
 def load_model_cluster(args: argparse.Namespace) -> tuple[ModelSpec, Cluster]:
@@ -87,14 +95,13 @@ def load_model_cluster(args: argparse.Namespace) -> tuple[ModelSpec, Cluster]:
     from planner.search.export import layout_file_names
 
     names = layout_file_names(args.layout) if getattr(args, "layout", None) else {}
-    model_arg = _named(
-        "--model", args.model, names.get("model"), lambda a: planner.load_model(a).name
+    args.model, model = _named(
+        "--model", args.model, names.get("model"), planner.load_model, lambda m: m.name
     )
-    cluster_arg = _named(
-        "--cluster", args.cluster, names.get("cluster"), lambda a: planner.load_cluster(a).id
+    args.cluster, cluster = _named(
+        "--cluster", args.cluster, names.get("cluster"), planner.load_cluster, lambda c: c.id
     )
-    args.model, args.cluster = model_arg, cluster_arg
-    return planner.load_model(model_arg), planner.load_cluster(cluster_arg)
+    return model, cluster
 
 
 def add_layout_flags(p: argparse.ArgumentParser) -> None:
@@ -121,10 +128,8 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         flags=LEGACY_FLAGS,
         defaults=TRAINING_DEFAULTS,
         unset=STACK_TRAINING_FIELDS,
+        required_note="(required, unless --layout FILE gives it)",
     )
-    for action in p._actions:  # the training spec has no default for it: say so in --help
-        if action.dest == "global_batch":
-            action.help = f"{action.help} (required, unless --layout FILE gives it)"
     add_stack_flag(p)
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
     add_profile_device_flag(p)
