@@ -21,7 +21,7 @@ from app_pages import common as c
 from app_pages import estimate_extras as extras
 from planner.divisors import divisors
 from planner.errors import PlannerError, pydantic_error_to_planner
-from planner.fixes import Fix, memory_fixes
+from planner.fixes import NO_FIX, Fix, memory_fixes
 from planner.legality import check_layout
 from planner.report import StepReport
 from planner.safe_io import dumps_strict
@@ -224,10 +224,7 @@ def misfit_text(report: StepReport, fixes: list[Fix]) -> str:
         f"{c.fmt_gib(report.usable_memory_gib)} usable. " + " ".join(report.feasibility)
     )
     if not fixes:
-        return text + (
-            " No change of ZeRO stage, recompute, micro-batch, TP or PP (up to three at once) "
-            "fits: try the Search page."
-        )
+        return text + f" {NO_FIX}: try the Search page."
     changes = "; ".join(
         f"{' '.join(f.flags)} ({f.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
         f"{c.fmt_gib(f.peak_memory_gib)})"

@@ -30,6 +30,8 @@ from planner.specs.stack import StackSpec
 
 MAX_CHANGES = 3
 MAX_FIXES = 3
+# what a misfit report says when no candidate of memory_fixes fits (the CLI and the app)
+NO_FIX = "No change of ZeRO stage, recompute, micro-batch, TP or PP (up to three at once) fits"
 RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
@@ -165,4 +167,4 @@ def search_command(
     return shlex.join(parts)
 
 
-__all__ = ["Fix", "memory_fixes", "search_command"]
+__all__ = ["NO_FIX", "Fix", "memory_fixes", "search_command"]

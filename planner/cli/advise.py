@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             | misfit_json(misfit)
         )
     else:
-        print_misfit(misfit, report, cluster)
+        print_misfit(misfit, report)
         render_advice(
             stdout_console(),
             report,

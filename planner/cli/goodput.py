@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         )
         json_out(out)
     else:
-        print_misfit(misfit, report, cluster)
+        print_misfit(misfit, report)
         render_goodput(
             stdout_console(), g, inputs_line(model, cluster, layout, training, report.stack)
         )

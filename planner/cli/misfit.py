@@ -43,12 +43,10 @@ def misfit_advice(
     return fixes, cmd
 
 
-def print_misfit(
-    advice: tuple[list[Fix], str] | None, report: StepReport, cluster: Cluster
-) -> None:
+def print_misfit(advice: tuple[list[Fix], str] | None, report: StepReport) -> None:
     """Print the misfit headline and fixes (nothing when the layout fits)."""
     if advice is not None:
-        render_misfit(console(), report, cluster.accelerator.hbm_usable_gib, *advice)
+        render_misfit(console(), report, *advice)
 
 
 def misfit_json(advice: tuple[list[Fix], str] | None) -> dict[str, Any]:

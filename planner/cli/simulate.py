@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             }
         json_out(out)
     else:
-        print_misfit(advice, report, cluster)
+        print_misfit(advice, report)
         render_simulation(console(), report, model, cluster, layout, training)
         if tuned is not None:
             picked = ", ".join(f"{k} {v}" for k, v in tuned.picked.items())

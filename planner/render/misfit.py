@@ -6,18 +6,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planner.fixes import Fix
+from planner.fixes import NO_FIX, Fix
 from planner.report import StepReport
 
 
-def render_misfit(
-    console: Console, report: StepReport, usable_gib: float, fixes: list[Fix], search_cmd: str
-) -> None:
+def render_misfit(console: Console, report: StepReport, fixes: list[Fix], search_cmd: str) -> None:
     """A red headline (peak GiB over usable GiB per GPU), the cheapest changes that fit with
     their tokens/s/GPU and peak GiB, and the ``planner search`` command for the same job."""
+    usable = report.usable_memory_gib
     console.print(
         f"[bold red]Does not fit[/]: {report.peak_memory_gib:,.2f} GiB per GPU at peak, "
-        f"{usable_gib:,.2f} GiB usable ({report.peak_memory_gib - usable_gib:+,.2f} GiB)."
+        f"{usable:,.2f} GiB usable ({report.peak_memory_gib - usable:+,.2f} GiB)."
     )
     if fixes:
         table = Table(title="Cheapest changes that fit (fewest flags, then fastest)")
@@ -32,7 +31,5 @@ def render_misfit(
             )
         console.print(table)
     else:
-        console.print(
-            "No change of ZeRO stage, recompute, micro-batch, TP or PP (up to three at once) fits."
-        )
+        console.print(f"{NO_FIX}.")
     console.print(f"Every layout that fits, ranked: [bold]{escape(search_cmd)}[/]\n")
