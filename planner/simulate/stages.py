@@ -280,15 +280,9 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     stage_bwd = params.stage_layers * (per_layer["bwd"] + per_layer["recompute"])
     dense_p = params.dense
 
-    def coll(kind: comms.Collective, nbytes_per_param: float) -> float:
-        return comms.collective_time_s(
-            kind, dense_p * nbytes_per_param, dp_group, fabric
-        ) + comms.collective_time_s(
-            kind, params.stage_experts * nbytes_per_param, edp_group, fabric
-        )
-
-    def coll_unit(kind: comms.Collective, nbytes_per_param: float, units: float) -> float:
-        """One of ``units`` equal collectives over the stage's parameters."""
+    def coll(kind: comms.Collective, nbytes_per_param: float, units: float = 1.0) -> float:
+        """One of ``units`` equal collectives over the stage's parameters (dense over DP x
+        CP, experts over their DP group)."""
         return comms.collective_time_s(
             kind, dense_p * nbytes_per_param / units, dp_group, fabric
         ) + comms.collective_time_s(
@@ -301,8 +295,8 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         # transformer block as a unit (torchtitan fully_shard per TransformerBlock, FSDP1
         # auto-wrap per block), so every layer pays the collective's latency once
         units = max(params.stage_layers, 1.0)
-        ag = units * coll_unit("all_gather", 2.0, units)
-        rs = units * coll_unit("reduce_scatter", grad_b, units)
+        ag = units * coll("all_gather", 2.0, units)
+        rs = units * coll("reduce_scatter", grad_b, units)
         if not layout.overlap_zero3_param_gather:
             return DataParallel(2 * ag + rs, ag, 0.0, 2 * ag + rs, 0.0)
         first_layer = ag / max(params.stage_layers, 1.0)
