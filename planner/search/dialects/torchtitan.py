@@ -22,12 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from planner.schedules import schedule_of
+from planner.search.dialects._common import pipeline_split
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
-
-
-def _even_stages(model: ModelSpec, layout: Layout) -> bool:
-    return model.layers % (layout.pp * layout.virtual_stages) == 0
 
 
 def _toml_value(value: Any) -> str:
@@ -119,10 +116,10 @@ def _pipeline_toml(
             "",
         ]
     parallel.append(("pipeline_parallel_microbatch_size", training.micro_batch))
-    if layout.virtual_stages > 1 and _even_stages(model, layout):
-        per_stage = model.layers // (layout.pp * layout.virtual_stages)
-        parallel.append(("pipeline_parallel_layers_per_stage", per_stage))
-    elif layout.pp > 1 and not _even_stages(model, layout):
+    split = pipeline_split(model, layout)
+    if layout.virtual_stages > 1 and split.even:
+        parallel.append(("pipeline_parallel_layers_per_stage", split.per_stage))
+    elif layout.pp > 1 and not split.even:
         lines += [
             f"# {model.layers} layers do not split evenly over {layout.pp * layout.virtual_stages}"
             " pipeline stages: torchtitan infers an uneven split; set "
