@@ -18,13 +18,15 @@ Transformer Engine, whose defaults are the planner's field defaults, so a predic
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from planner.errors import PlannerError
 from planner.schedules import SCHEDULES, default_schedule_name
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import AttentionImpl, StackSpec
+
+SpecT = TypeVar("SpecT", Layout, Training)
 
 DEFAULT_STACK = "megatron-core"
 
@@ -104,7 +106,8 @@ def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
     }
 
 
-def _unset(spec: Layout | Training, values: dict[str, Any]) -> dict[str, Any]:
+def unset_fields(spec: Layout | Training, values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` whose field ``spec`` does not set explicitly."""
     return {k: v for k, v in values.items() if k not in spec.model_fields_set}
 
 
@@ -113,10 +116,32 @@ def apply_stack(
 ) -> tuple[Layout, Training]:
     """``layout`` and ``training`` with every field the caller did not set taken from the
     stack (a field set explicitly, even to the planner's default, is kept)."""
-    t_update = _unset(training, training_defaults(stack, model, training))
-    l_update = _unset(layout, layout_defaults(stack, layout))
-    try:  # the stack's values count as set, so applying the stack again changes nothing
-        return layout.with_changes(**l_update), training.with_changes(**t_update)
+    return stack_layout(stack, layout), stack_training(stack, model, training)
+
+
+def stack_layout(stack: StackSpec, layout: Layout) -> Layout:
+    """``layout`` with the fields it leaves unset taken from ``stack`` (:func:`apply_stack`).
+
+    The stack sets only boolean switches (:func:`layout_defaults`), which the Layout validator
+    does not read (it checks the world size and the schedule's chunk count): the copy is not
+    validated again, and the fields it sets count as set, as with ``with_changes``."""
+    update = unset_fields(layout, layout_defaults(stack, layout))
+    return layout.model_copy(update=update) if update else layout
+
+
+def stack_training(stack: StackSpec, model: ModelSpec, training: Training) -> Training:
+    """``training`` with the fields it leaves unset taken from ``stack`` (:func:`apply_stack`)."""
+    update = unset_fields(training, training_defaults(stack, model, training))
+    return _with_changes(stack, training, update)
+
+
+def _with_changes(stack: StackSpec, spec: SpecT, update: dict[str, Any]) -> SpecT:
+    """``spec.with_changes(**update)``; the stack's values count as set, so applying the stack
+    again changes nothing. A rejected value is a PlannerError naming the stack."""
+    if not update:
+        return spec
+    try:
+        return spec.with_changes(**update)
     except ValueError as exc:
         raise PlannerError(
             "stack", f"{stack.name}: its defaults do not apply ({str(exc).splitlines()[0]})"

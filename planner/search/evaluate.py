@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, get_args
 
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.simulate import simulate_step
+from planner.simulate.batch import BatchSimulator, Figures
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -31,17 +34,34 @@ FINITE_FIELDS = (
 )
 
 
+OUT_OF_MEMORY = "out of memory (with headroom)"
+
+
 @dataclass(frozen=True)
 class Evaluated:
-    """One simulated candidate and its objective score (higher is better)."""
+    """One simulated candidate and its objective score (higher is better).
+
+    ``figures``: what the search ranks and prints (planner/simulate/batch.py); ``report``: the
+    full StepReport with its plan, built by ``simulate_step`` the first time it is read (only
+    for the candidates a caller shows)."""
 
     gpus: int
     layout: Layout
     training: Training
-    report: StepReport
+    figures: Figures
     score: float
     feasible: bool
     reason: str = ""
+    build: Callable[[Layout, Training], StepReport] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    @cached_property
+    def report(self) -> StepReport:
+        """The full StepReport of this candidate (simulated on first read)."""
+        if self.build is None:
+            raise PlannerError("report", "this candidate was evaluated without a simulator")
+        return self.build(self.layout, self.training)
 
 
 @dataclass
@@ -84,8 +104,9 @@ class Evaluator:
             raise PlannerError("tokens", "time_to_train needs a token budget", "--tokens > 0")
         if not 0.0 <= self.memory_headroom < 1.0:
             raise PlannerError("memory_headroom", f"{self.memory_headroom}", "0 <= x < 1")
+        self.sim = BatchSimulator(self.model, self.cluster, self.profile, self.stack)
 
-    def score(self, report: StepReport) -> float:
+    def score(self, report: StepReport | Figures) -> float:
         """Objective value, oriented so that higher is better."""
         if self.objective == "tokens_per_s":
             return report.tokens_per_s
@@ -95,42 +116,53 @@ class Evaluator:
         return -(self.tokens or 0.0) / report.tokens_per_s / 3600.0
 
     def __call__(self, gpus: int, layout: Layout, training: Training) -> Evaluated | None:
-        """The candidate's evaluation, or None when it is rejected (see the class docstring)."""
+        """The candidate's evaluation, or None when it is rejected (see the class docstring);
+        each distinct candidate is simulated once (cached)."""
         key = (gpus, layout, training)
         if key in self.cache:
             return self.cache[key]
-        self.simulated += 1
-        try:
-            report = simulate_step(
-                self.model, self.cluster, layout, training, self.profile, False, self.stack
-            )
-        except PlannerError as exc:
-            return self._reject(key, f"simulator refused ({exc.field})")
-        except ArithmeticError as exc:  # overflow or division by zero on extreme inputs
-            return self._reject(key, f"simulator failed ({type(exc).__name__})")
-        figures = (
-            *(getattr(report, f) for f in FINITE_FIELDS),
-            *report.time_breakdown_s.values(),
-            *report.memory_breakdown_gib.values(),
-        )
-        if not all(math.isfinite(v) for v in figures):
-            return self._reject(key, "non-finite simulation result")
-        if report.tokens_per_s <= 0:
-            return self._reject(key, "no throughput (tokens/s <= 0)")
-        score = self.score(report)
-        if not math.isfinite(score):
-            return self._reject(key, "non-finite objective score")
-        limit = report.usable_memory_gib * (1.0 - self.memory_headroom)
-        feasible = report.peak_memory_gib <= limit
-        reason = (
-            "" if feasible else (f"needs {report.peak_memory_gib:.1f} GiB, limit {limit:.1f} GiB")
-        )
-        if not feasible:
-            self.infeasible["out of memory (with headroom)"] += 1
-        out = Evaluated(gpus, layout, training, report, score, feasible, reason)
-        self.cache[key] = out
+        out = self.cache[key] = self.evaluate(gpus, layout, training)
         return out
 
-    def _reject(self, key: tuple[int, Layout, Training], reason: str) -> None:
+    def evaluate(
+        self, gpus: int, layout: Layout, training: Training, prune: bool = False
+    ) -> Evaluated | None:
+        """The candidate's evaluation (not cached), or None when it is rejected. ``prune``:
+        a candidate over the memory limit is rejected as out of memory without costing its
+        time (exhaustive search), instead of returned with ``feasible`` False."""
+        self.simulated += 1
+        limit = self.sim.usable * (1.0 - self.memory_headroom)
+        try:
+            fig = self.sim.figures(layout, training, limit if prune else None)
+        except PlannerError as exc:
+            return self._reject(f"simulator refused ({exc.field})")
+        except ArithmeticError as exc:  # overflow or division by zero on extreme inputs
+            return self._reject(f"simulator failed ({type(exc).__name__})")
+        if not fig.timed:
+            return self._reject(OUT_OF_MEMORY)
+        figures = (
+            *(getattr(fig, f) for f in FINITE_FIELDS),
+            *fig.time_breakdown_s.values(),
+            *fig.memory_breakdown_gib.values(),
+        )
+        if not all(math.isfinite(v) for v in figures):
+            return self._reject("non-finite simulation result")
+        if fig.tokens_per_s <= 0:
+            return self._reject("no throughput (tokens/s <= 0)")
+        score = self.score(fig)
+        if not math.isfinite(score):
+            return self._reject("non-finite objective score")
+        feasible = fig.peak_memory_gib <= limit
+        reason = "" if feasible else (f"needs {fig.peak_memory_gib:.1f} GiB, limit {limit:.1f} GiB")
+        if not feasible:
+            self.infeasible[OUT_OF_MEMORY] += 1
+        return Evaluated(gpus, layout, training, fig, score, feasible, reason, self._report)
+
+    def _report(self, layout: Layout, training: Training) -> StepReport:
+        """The full StepReport of a candidate this evaluator accepted."""
+        return simulate_step(
+            self.model, self.cluster, layout, training, self.profile, False, self.stack
+        )
+
+    def _reject(self, reason: str) -> None:
         self.infeasible[reason] += 1
-        self.cache[key] = None

@@ -34,14 +34,14 @@ def exhaustive(
     progress: Callable[[int], None] | None = None,
     deadline: Deadline = NO_DEADLINE,
 ) -> list[Evaluated]:
-    """Every legal candidate the evaluator accepts, evaluated; sorted best first (feasible
-    ones before the rest). Candidates the simulator refuses are counted in
-    ``evaluator.infeasible`` and left out."""
+    """Every legal candidate that fits in memory, evaluated; sorted best first. Candidates
+    the simulator refuses, and those whose memory (priced first) exceeds the limit, are
+    counted in ``evaluator.infeasible`` and left out without their time being costed."""
     results = []
     for i, (gpus, layout, tr) in enumerate(
         legal_layouts(evaluator.model, evaluator.cluster, training, space, deadline)
     ):
-        ev = evaluator(gpus, layout, tr)
+        ev = evaluator.evaluate(gpus, layout, tr, prune=True)
         if ev is not None:
             results.append(ev)
         if progress is not None and i % 1000 == 0:

@@ -351,7 +351,15 @@ def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, 
     """The Layout and Training of one structure and knob setting (knobs that cannot matter
     switched off); not checked against the knob rules (see :func:`repaired_candidate`)."""
     k = _collapse(k, s.tp, s.ep)
-    layout = Layout(
+    return _layout(s, k), _training(s, k, training)
+
+
+def _layout(s: Structure, k: Knobs) -> Layout:
+    """The Layout of a structure and collapsed knobs. Built without validation: a structure
+    the generator yields passed the world-size cap and pairs its vpp with a schedule that
+    runs it (:func:`schedule_choices`), which is all the Layout validator checks; the fields
+    count as set, as with ``Layout(...)``."""
+    return Layout.model_construct(
         tp=s.tp,
         pp=s.pp,
         dp=s.dp,
@@ -365,8 +373,10 @@ def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, 
         overlap_dp_grad_reduce=k.overlap_dp_grad_reduce,
         overlap_ep_comm=k.overlap_ep_comm,
     )
-    tr = training.model_copy(update={"micro_batch": s.micro_batch, "recompute": k.recompute})
-    return layout, tr
+
+
+def _training(s: Structure, k: Knobs, training: Training) -> Training:
+    return training.model_copy(update={"micro_batch": s.micro_batch, "recompute": k.recompute})
 
 
 def repaired_candidate(
@@ -401,15 +411,21 @@ def legal_layouts(
     ``deadline`` is ticked once per candidate (and per structure tried).
     """
     knobs = space.knobs()
+    # the distinct knob settings of each kind of structure, and each (micro-batch, recompute)
+    # Training once: a structure's candidates differ only in these
+    distinct = {
+        (tp, ep): tuple(dict.fromkeys(_collapse(k, tp, ep) for k in knobs))
+        for tp, ep in itertools.product((1, 2), (1, 2))
+    }
+    trainings: dict[tuple[int, str], Training] = {}
     for s in structures(model, cluster, training, space, deadline):
-        seen: set = set()
-        for k in knobs:
+        for k in distinct[min(s.tp, 2), min(s.ep, 2)]:
             deadline.tick()
-            layout, tr = make_candidate(s, k, training)
+            tr = trainings.get((s.micro_batch, k.recompute))
+            if tr is None:
+                tr = trainings[s.micro_batch, k.recompute] = _training(s, k, training)
+            layout = _layout(s, k)
             key = (s.gpus, layout, tr)
-            if key in seen:
-                continue
-            seen.add(key)
             broken = _broken(KNOB_RULES, Candidate(model, cluster, layout, tr, s.gpus))
             if broken:
                 space.rejected[broken] += 1

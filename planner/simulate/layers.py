@@ -7,6 +7,7 @@ weight-gradient GEMMs (W) apart from the rest (I), for the schedules that run th
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from planner.costs import comms, compute, elementwise, flops, host, recompute
@@ -300,6 +301,14 @@ def _host_s(
     return host_f, host_b
 
 
+# What the kernels of a layer (:func:`_compute`) read of the layout and the training: not the
+# recompute, the overlaps, the gradient dtype, the offload or the loss kernel.
+COMPUTE_LAYOUT = operator.attrgetter("tp", "cp", "ep", "expert_tp", "sequence_parallel")
+COMPUTE_TRAINING = operator.attrgetter(
+    "seq_len", "micro_batch", "precision", "attention_kernel", "dropout", "unfused_elementwise"
+)
+
+
 def layer_costs(
     model: ModelSpec,
     layout: Layout,
@@ -308,9 +317,17 @@ def layer_costs(
     dev: compute.Device,
     fabric: comms.Fabric,
     groups: comms.Groups,
+    shared: dict | None = None,
 ) -> LayerCosts:
-    """The seconds of one layer of kind ``layer`` for one micro-batch on one GPU."""
-    c = _compute(model, layout, training, layer, dev)
+    """The seconds of one layer of kind ``layer`` for one micro-batch on one GPU.
+
+    ``shared``: a dict in which layouts of one model and cluster (and one ``dev``) share the
+    kernel costs of the layer (planner/simulate/batch.py); None: costed afresh."""
+    if shared is None:
+        c = _compute(model, layout, training, layer, dev)
+    else:
+        key = (layer, COMPUTE_LAYOUT(layout), COMPUTE_TRAINING(training), id(dev))
+        c = shared.get(key) or shared.setdefault(key, _compute(model, layout, training, layer, dev))
     tp_f, tp_b, tp_raw = _tp_s(model, layout, training, layer, c, fabric, groups)
     cp_f, cp_b, cp_raw = _cp_s(model, layout, training, c, fabric, groups)
     ep_f, ep_b, ep_raw = _ep_s(model, layout, training, c, fabric, groups)

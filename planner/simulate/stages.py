@@ -48,6 +48,7 @@ class Context:
     tokens: float  # per GPU per micro-batch
     vpp: int  # model chunks per rank
     schedule: Schedule
+    shared: dict | None = None  # kernel costs shared between layouts (layers.layer_costs)
 
     @property
     def both_ends(self) -> bool:
@@ -103,17 +104,33 @@ class Stack:
     act_layer: float  # activation bytes one micro-batch keeps per layer (mean over kinds)
 
 
-def layer_stack(ctx: Context) -> Stack:
-    """Each layer kind costed once and weighted by its count."""
+def layer_memory(ctx: Context) -> tuple[list[tuple[LayerSpec, float]], float]:
+    """(each layer kind and its share of the layers, the activation bytes one micro-batch keeps
+    per layer, the mean over the kinds): what the memory peak needs of the layers."""
     model, layout, training = ctx.model, ctx.layout, ctx.training
     kinds = [(layer, count / model.layers) for layer, count in model.layer_kinds()]
-    costs = [
-        (layer_costs(model, layout, training, layer, ctx.dev, ctx.fabric, ctx.groups), w)
-        for layer, w in kinds
-    ]
     act_layer = sum(
         w * memory.layer_activation_bytes(model, layout, training, layer) for layer, w in kinds
     )
+    return kinds, act_layer
+
+
+def layer_stack(
+    ctx: Context, kinds_memory: tuple[list[tuple[LayerSpec, float]], float] | None = None
+) -> Stack:
+    """Each layer kind costed once and weighted by its count. ``kinds_memory``:
+    :func:`layer_memory`'s result when the caller has it."""
+    model, layout, training = ctx.model, ctx.layout, ctx.training
+    kinds, act_layer = kinds_memory or layer_memory(ctx)
+    costs = [
+        (
+            layer_costs(
+                model, layout, training, layer, ctx.dev, ctx.fabric, ctx.groups, ctx.shared
+            ),
+            w,
+        )
+        for layer, w in kinds
+    ]
     return Stack(
         kinds,
         costs,

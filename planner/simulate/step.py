@@ -7,6 +7,8 @@ utilisation -> plan and report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from planner.costs import elementwise, flops, memory, pipeline
 from planner.costs.blocks import mixer_costs
 from planner.legality import check_layout
@@ -110,26 +112,12 @@ def timed_plan(
     dp: DataParallel,
 ) -> StepPlan:
     """The pipeline under the layout's schedule, the optimizer step, and the plan they time."""
-    m = ctx.microbatches
-    times = StageTimes(ranks.t_max, ranks.t_sum)
-    if ctx.schedule.needs_pass_times:  # zero-bubble and V schedules time F, I and W apart
-        stages = build_stages(specs, recipe)
-        times = StageTimes(ranks.t_max, ranks.t_sum, pass_times(stages, ctx.layout.pp))
-    steady, bubble = pipeline.schedule_time_s(ctx.schedule, m, times, ctx.vpp)
-
-    # optimizer: fused AdamW over the locally owned (sharded) parameters, memory bound
-    owned = params.local / (ctx.groups.dp_cp.size if ctx.layout.zero >= 1 else 1)
-    optimizer_s = owned * elementwise.adam_bytes_per_param() / ctx.dev.adam_bytes_per_s
-
-    breakdown = {k: v * m for k, v in ranks.stages[ranks.bottleneck].items()}
-    breakdown["dp_comm"] += dp.step
-    breakdown["pipeline_bubble"] = bubble
-    breakdown["optimizer"] = optimizer_s
+    steady, bubble, optimizer_s, breakdown = step_times(ctx, ranks, params, dp, (specs, recipe))
     return StepPlan(
         schedule=ctx.schedule.name,
         pp=ctx.layout.pp,
         chunks=ctx.vpp,
-        microbatches=m,
+        microbatches=ctx.microbatches,
         stage_specs=specs,
         recipe=recipe,
         bottleneck_rank=bottleneck,
@@ -143,6 +131,37 @@ def timed_plan(
     )
 
 
+def step_times(
+    ctx: Context,
+    ranks: RankCosts,
+    params: Params,
+    dp: DataParallel,
+    stage_plan: tuple[tuple[StageSpec, ...], StageRecipe] | Callable[[], tuple],
+) -> tuple[float, float, float, dict[str, float]]:
+    """(steady-state s, bubble s, optimizer s, breakdown by category in s) of one step.
+
+    ``stage_plan``: (stage specs, recipe), or a function returning them, read only by the
+    schedules that time forward, input- and weight-gradient passes apart (zero bubble, V).
+    The step time is steady + bubble + ``dp.step`` + optimizer."""
+    m = ctx.microbatches
+    times = StageTimes(ranks.t_max, ranks.t_sum)
+    if ctx.schedule.needs_pass_times:  # zero-bubble and V schedules time F, I and W apart
+        specs, recipe = stage_plan() if callable(stage_plan) else stage_plan
+        stages = build_stages(specs, recipe)
+        times = StageTimes(ranks.t_max, ranks.t_sum, pass_times(stages, ctx.layout.pp))
+    steady, bubble = pipeline.schedule_time_s(ctx.schedule, m, times, ctx.vpp)
+
+    # optimizer: fused AdamW over the locally owned (sharded) parameters, memory bound
+    owned = params.local / (ctx.groups.dp_cp.size if ctx.layout.zero >= 1 else 1)
+    optimizer_s = owned * elementwise.adam_bytes_per_param() / ctx.dev.adam_bytes_per_s
+
+    breakdown = {k: v * m for k, v in ranks.stages[ranks.bottleneck].items()}
+    breakdown["dp_comm"] += dp.step
+    breakdown["pipeline_bubble"] = bubble
+    breakdown["optimizer"] = optimizer_s
+    return steady, bubble, optimizer_s, breakdown
+
+
 def _precision_mfu(ctx: Context, mfu: float) -> float | None:
     """MFU % against the training precision's dense peak when it is not the bf16 one (fp8)."""
     accel, training = ctx.cluster.accelerator, ctx.training
@@ -151,14 +170,25 @@ def _precision_mfu(ctx: Context, mfu: float) -> float | None:
     return None if gemm == work else mfu * work / gemm
 
 
-def utilisation(ctx: Context, stack: Stack, step: float) -> tuple[float, float, float, float]:
-    """(MFU %, HFU %, model FLOPs per token, tokens/s)."""
-    model, layout, training = ctx.model, ctx.layout, ctx.training
-    gpus = layout.world_size
-    tps = training.tokens_per_step / step
-    mf_tok = flops.model_flops_per_token(model, training.seq_len)
-    peak = ctx.cluster.accelerator.peak_flops_per_s(training.work_precision)
+def utilisation(
+    ctx: Context, stack: Stack, step: float, work: tuple[float, float] | None = None
+) -> tuple[float, float, float, float]:
+    """(MFU %, HFU %, model FLOPs per token, tokens/s). ``work``: :func:`flops_per_token`'s
+    result when the caller has it."""
+    gpus = ctx.layout.world_size
+    tps = ctx.training.tokens_per_step / step
+    mf_tok, hw_tok = work or flops_per_token(ctx, stack)
+    peak = ctx.cluster.accelerator.peak_flops_per_s(ctx.training.work_precision)
     mfu = 100.0 * mf_tok * tps / (gpus * peak)
+    hfu = 100.0 * hw_tok * tps / (gpus * peak)
+    return mfu, hfu, mf_tok, tps
+
+
+def flops_per_token(ctx: Context, stack: Stack) -> tuple[float, float]:
+    """(model FLOPs per token by the MFU convention, hardware FLOPs per token the GPUs run:
+    without the causal half fused attention skips, with the recompute)."""
+    model, layout, training = ctx.model, ctx.layout, ctx.training
+    mf_tok = flops.model_flops_per_token(model, training.seq_len)
     # hardware FLOPs differ from the convention by the causal half of fused attention
     per_gpu_tokens = training.micro_batch * training.seq_len / (layout.tp * layout.cp)
     saving = core_hw = 0.0  # per token
@@ -178,13 +208,30 @@ def utilisation(ctx: Context, stack: Stack, step: float) -> tuple[float, float, 
         recompute_per_tok += (
             sum(c.recompute_flops * w for c, w in stack.costs) * model.layers / per_gpu_tokens
         )
-    hfu = 100.0 * (mf_tok - saving + recompute_per_tok) * tps / (gpus * peak)
-    return mfu, hfu, mf_tok, tps
+    return mf_tok, mf_tok - saving + recompute_per_tok
 
 
-def memory_peak(ctx: Context, stack: Stack, params: Params) -> tuple[dict[str, float], str]:
-    """(GiB by category on the peak rank, which rank: first, last or only)."""
+def activation_terms(ctx: Context, stack: Stack) -> tuple[float, float]:
+    """(bytes of the one layer full recompute rebuilds at a time, 0 without it; bytes of one
+    micro-batch's logits at the loss)."""
     model, layout, training = ctx.model, ctx.layout, ctx.training
+    full_one = 0.0
+    if training.recompute == "full":
+        no_recompute = training.model_copy(update={"recompute": "none"})
+        full_one = max(
+            memory.layer_activation_bytes(model, layout, no_recompute, layer)
+            for layer, _ in stack.kinds
+        )
+    return full_one, memory.logits_bytes(model, layout, training)
+
+
+def memory_peak(
+    ctx: Context, stack: Stack, params: Params, terms: tuple[float, float] | None = None
+) -> tuple[dict[str, float], str]:
+    """(GiB by category on the peak rank, which rank: first, last or only). ``terms``:
+    :func:`activation_terms`' result when the caller has it."""
+    model, layout, training = ctx.model, ctx.layout, ctx.training
+    full_one, logits_mem = terms or activation_terms(ctx, stack)
     pp, vpp, m = layout.pp, ctx.vpp, ctx.microbatches
     first_layers = pipeline.layers_on_edge_stage(model.layers, pp) if pp > 1 else model.layers
     in_flight = memory.layers_in_flight(first_layers, pp, vpp, m, ctx.schedule)
@@ -193,13 +240,7 @@ def memory_peak(ctx: Context, stack: Stack, params: Params) -> tuple[dict[str, f
         in_flight -= training.offload_layers - 1
     activations = stack.act_layer * in_flight
     if training.recompute == "full":
-        no_recompute = training.model_copy(update={"recompute": "none"})
-        full_one = max(
-            memory.layer_activation_bytes(model, layout, no_recompute, layer)
-            for layer, _ in stack.kinds
-        )
         activations += full_one  # one layer recomputed at a time
-    logits_mem = memory.logits_bytes(model, layout, training)
     # ZeRO-3: the unsharded parameters of the layer being computed
     gathered = (params.dense_layer_params + params.expert_layer_params) if layout.zero >= 3 else 0.0
     st = memory.state_bytes(params.dense, params.stage_experts, layout, training, gathered)

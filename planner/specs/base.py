@@ -46,6 +46,10 @@ def _accepts_bool(annotation: Any) -> bool:
     return origin is not None and origin not in (list, tuple, dict, Literal)
 
 
+# per Spec class, the fields whose type admits no boolean (filled on first validation)
+_NO_BOOL: dict[type, frozenset[str]] = {}
+
+
 class Spec(BaseModel):
     """Base of every declarative input (model, hardware, layout, training, profile, case)."""
 
@@ -55,9 +59,13 @@ class Spec(BaseModel):
     @classmethod
     def _no_bool_for_numbers(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            no_bool = _NO_BOOL.get(cls)
+            if no_bool is None:
+                no_bool = _NO_BOOL[cls] = frozenset(
+                    n for n, f in cls.model_fields.items() if not _accepts_bool(f.annotation)
+                )
             for name, value in data.items():
-                field = cls.model_fields.get(name) if isinstance(name, str) else None
-                if isinstance(value, bool) and field and not _accepts_bool(field.annotation):
+                if isinstance(value, bool) and name in no_bool:
                     # "field: ..." is turned into the field path by pydantic_error_to_planner
                     raise ValueError(f"{name}: a boolean is not accepted here")
         return data

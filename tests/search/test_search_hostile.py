@@ -31,12 +31,14 @@ from planner.search.exhaustive import exhaustive
 from planner.search.optuna_search import main as worker_main
 from planner.search.optuna_search import optuna_search
 from planner.search.optuna_workers import WorkerConfig, run_workers, space_axes
-from planner.search.space import POW2, default_space, structures
+from planner.search.space import POW2, default_space, legal_layouts, structures
+from planner.simulate.batch import BatchSimulator
 from planner.specs.layout import Training
 
 GPUS, BATCH, SEQ = 16, 64, 4096
 HANG_GUARD_S = 300.0  # only stops a hung test; never a statement about speed
 REAL_SIMULATE = evaluate_mod.simulate_step
+REAL_FIGURES = BatchSimulator.figures
 
 
 @pytest.fixture(scope="module")
@@ -208,22 +210,22 @@ def test_huge_layer_counts_do_not_stall_the_generator(problem: tuple, layers: in
 # ---- candidates the simulator refuses ---------------------------------------------------------
 
 
-def _hostile_simulate(refuse_tp: int, nan_tp: int) -> Callable:
-    def simulate(model, cluster, layout, training, profile, check=True, stack=None):  # noqa: ANN001, ANN202
+def _hostile_figures(refuse_tp: int, nan_tp: int) -> Callable:
+    def figures(self, layout, training, memory_limit_gib=None):  # noqa: ANN001, ANN202
         if layout.tp == refuse_tp:
             raise PlannerError("report.step_time_s", "not finite", "finite figures")
-        report = REAL_SIMULATE(model, cluster, layout, training, profile, check=check, stack=stack)
+        fig = REAL_FIGURES(self, layout, training, memory_limit_gib)
         if layout.tp == nan_tp:
-            return dataclasses.replace(report, tokens_per_s=math.inf, step_time_s=0.0)
-        return report
+            return dataclasses.replace(fig, tokens_per_s=math.inf, step_time_s=0.0)
+        return fig
 
-    return simulate
+    return figures
 
 
 def test_refused_and_non_finite_candidates_are_counted_not_ranked(
     problem: tuple, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(evaluate_mod, "simulate_step", _hostile_simulate(2, 4))
+    monkeypatch.setattr(BatchSimulator, "figures", _hostile_figures(2, 4))
     model, cluster, profile, training = problem
     ev = Evaluator(model, cluster, profile)
     ranked = exhaustive(ev, training, _space(problem))
@@ -231,9 +233,14 @@ def test_refused_and_non_finite_candidates_are_counted_not_ranked(
     assert all(math.isfinite(e.score) for e in ranked)
     assert ev.infeasible["simulator refused (report.step_time_s)"] > 0
     assert ev.infeasible["non-finite simulation result"] > 0
+    rejected = [
+        k for k in legal_layouts(model, cluster, training, _space(problem)) if k[1].tp in (2, 4)
+    ][:5]
+    for key in rejected:
+        assert ev(*key) is None
     before = ev.simulated
-    for gpus, layout, tr in [k for k, v in ev.cache.items() if v is None][:5]:
-        assert ev(gpus, layout, tr) is None  # a rejection is cached too
+    for key in rejected:
+        assert ev(*key) is None  # a rejection is cached too
     assert ev.simulated == before
 
 
@@ -243,7 +250,7 @@ def test_optuna_survives_a_space_the_simulator_refuses_entirely(
     def refuse(*_a, **_k):  # noqa: ANN002, ANN003, ANN202
         raise PlannerError("report.tokens_per_s", "not finite")
 
-    monkeypatch.setattr(evaluate_mod, "simulate_step", refuse)
+    monkeypatch.setattr(BatchSimulator, "figures", refuse)
     model, cluster, profile, training = problem
     stats: dict[str, int] = {}
     ranked = optuna_search(

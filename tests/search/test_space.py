@@ -12,7 +12,7 @@ from planner.errors import PlannerError
 from planner.schedules import SCHEDULES
 from planner.search import SearchSpace, default_space, legal_layouts, pareto_front
 from planner.search.evaluate import Evaluator
-from planner.search.exhaustive import exhaustive
+from planner.search.exhaustive import count_candidates, exhaustive
 from planner.search.space import (
     MEGATRON_SCHEDULES,
     assert_legal,
@@ -79,14 +79,16 @@ def test_exhaustive_is_sorted_and_matches_simulate(problem):
     space = default_space(model, cluster, (16,), tr.seq_len)
     ev = Evaluator(model, cluster, planner.default_profile(cluster))
     ranked = exhaustive(ev, tr, space)
-    feasible = [e for e in ranked if e.feasible]
-    assert feasible and all(not e.feasible for e in ranked[len(feasible) :])
-    scores = [e.score for e in feasible]
+    # memory is priced first: what cannot fit is counted, never timed nor ranked
+    assert ranked and all(e.feasible for e in ranked)
+    scores = [e.score for e in ranked]
     assert scores == sorted(scores, reverse=True)
-    best = feasible[0]
+    best = ranked[0]
     again = planner.simulate(model, cluster, best.layout, best.training)
-    assert again.tokens_per_s == pytest.approx(best.report.tokens_per_s)
-    assert ev.simulated == len(ranked)
+    assert again.tokens_per_s == best.figures.tokens_per_s == best.report.tokens_per_s
+    oom = ev.infeasible["out of memory (with headroom)"]
+    assert oom > 0 and ev.simulated == len(ranked) + oom
+    assert count_candidates(ev, tr, space) == ev.simulated
 
 
 def test_memory_headroom_shrinks_the_feasible_set(problem):

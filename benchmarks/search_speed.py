@@ -1,0 +1,144 @@
+"""Search speed: the one-layout path and the search's evaluation path side by side, one core.
+
+    python benchmarks/search_speed.py [--skip-old]
+
+Prints two tables; never fails. For each problem, the legal candidates of its exhaustive space
+are generated once, then costed (CPU seconds of this process, one core):
+
+* ``old``: ``simulate_step`` per candidate (the full report, plan and notes), as every search
+  did before issue 16;
+* ``new``: :class:`planner.simulate.batch.BatchSimulator`, each stage shared between the
+  candidates whose inputs it reads; ``new+mem``: the same, memory priced first and the time of
+  a candidate that cannot fit never costed (what exhaustive search runs).
+
+The second table times whole ``planner.search`` calls (exhaustive, default stack) in a fresh
+process each, with that process's peak resident memory. Targets (issue 16, on the issue's
+machine, whose one-layout path ran about 10,000 evaluations/s for a 126-layer model): >= 50,000
+evaluations/s for a 126-layer dense model and >= 20,000 for DeepSeek-V3; exhaustive search in
+<= 1 s for the first three search problems, the 70B sweep in <= 5 s, peak memory < 1 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import resource
+import time
+
+import planner
+from planner.search import default_space
+from planner.search.space import legal_layouts, stack_space
+from planner.simulate import simulate_step
+from planner.simulate.batch import BatchSimulator
+from planner.specs.layout import Training
+
+STACK = "megatron-core"  # the default stack of the CLI
+RATE_PROBLEMS = [  # model, cluster, GPUs, global batch, seq len
+    ("llama3.1-405b", "dgx-h100", 16384, 2048, 8192),
+    ("deepseek-v3", "dgx-h100", 2048, 4096, 4096),
+    ("gpt3-175b", "dgx-a100-80gb", 1024, 1536, 2048),
+    ("llama3.1-8b", "dgx-h100", 128, 256, 8192),
+]
+SEARCH_PROBLEMS = [  # label, model, cluster, GPU counts, global batches, seq len, pareto
+    ("405B on 16,384 H100", "llama3.1-405b", "dgx-h100", [16384], [2048], 8192, False),
+    ("DeepSeek-V3 on 2,048 H100", "deepseek-v3", "dgx-h100", [2048], [4096], 4096, False),
+    ("GPT-3 175B on 1,024 A100", "gpt3-175b", "dgx-a100-80gb", [1024], [1536], 2048, False),
+    (
+        "70B, 256-16,384 H100 x 3 batches",
+        "llama3.1-70b",
+        "dgx-h100",
+        [256, 512, 1024, 2048, 4096, 8192, 16384],
+        [1024, 2048, 4096],
+        8192,
+        False,
+    ),
+    ("Mixtral on 64 H100, --pareto", "mixtral-8x7b", "dgx-h100", [64], [512], 4096, True),
+]
+
+
+def _candidates(model_id: str, cluster_id: str, gpus: int, gb: int, seq: int) -> tuple:
+    model, cluster = planner.load_model(model_id), planner.load_cluster(cluster_id)
+    stack = planner.load_stack(STACK)
+    space = stack_space(default_space(model, cluster, (gpus,), seq), stack)
+    found = list(legal_layouts(model, cluster, Training(seq_len=seq, global_batch=gb), space))
+    return model, cluster, stack, found
+
+
+def _rate(fn, items: list) -> float:  # noqa: ANN001
+    """Items per CPU second of ``fn`` over ``items``."""
+    start = time.process_time()
+    for item in items:
+        fn(item)
+    return len(items) / max(time.process_time() - start, 1e-9)
+
+
+def rates(skip_old: bool) -> None:
+    print(
+        f"{'model':14} {'GPUs':>6} {'layers':>6} {'cands':>7} {'fit':>7} "
+        f"{'old/s':>8} {'new/s':>8} {'new+mem/s':>10} {'x old':>6}"
+    )
+    for problem in RATE_PROBLEMS:
+        print(_rate_row(*problem, skip_old=skip_old))
+
+
+def _rate_row(model_id: str, cluster_id: str, gpus: int, gb: int, seq: int, skip_old: bool) -> str:
+    model, cluster, stack, found = _candidates(model_id, cluster_id, gpus, gb, seq)
+    prof = planner.default_profile(cluster)
+    limit = cluster.accelerator.hbm_usable_gib
+    old = float("nan")
+    if not skip_old:
+        old = _rate(lambda c: simulate_step(model, cluster, c[1], c[2], prof, False, stack), found)
+    sim = BatchSimulator(model, cluster, prof, stack)
+    new = _rate(lambda c: sim.figures(c[1], c[2]), found)
+    counter = BatchSimulator(model, cluster, prof, stack)
+    fits = sum(counter.figures(c[1], c[2], limit).timed for c in found)
+    pruning = BatchSimulator(model, cluster, prof, stack)
+    mem = _rate(lambda c: pruning.figures(c[1], c[2], limit), found)
+    return (
+        f"{model_id:14} {gpus:6d} {model.layers:6d} {len(found):7d} {fits:7d} "
+        f"{old:8.0f} {new:8.0f} {mem:10.0f} {mem / old:6.1f}"
+    )
+
+
+def _one_search(args: tuple) -> tuple[float, float, int, float]:
+    """(CPU s, wall s, candidates, peak RSS MiB) of one search in this (fresh) process."""
+    model_id, cluster_id, counts, batches, seq, pareto = args
+    model, cluster = planner.load_model(model_id), planner.load_cluster(cluster_id)
+    stack = planner.load_stack(STACK)
+    cpu, wall, n = time.process_time(), time.perf_counter(), 0
+    for gb in batches:
+        r = planner.search(
+            model,
+            cluster,
+            gpus=counts,
+            global_batch=gb,
+            seq_len=seq,
+            method="exhaustive",
+            stack=stack,
+            pareto=pareto,
+        )
+        n += r.evaluated
+        r.best.report  # noqa: B018 - the shown layout's full report, as the CLI builds it
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return time.process_time() - cpu, time.perf_counter() - wall, n, rss
+
+
+def searches() -> None:
+    print(f"\n{'exhaustive search':34} {'cands':>7} {'CPU s':>7} {'wall s':>7} {'peak MiB':>9}")
+    ctx = multiprocessing.get_context("spawn")
+    for label, *args in SEARCH_PROBLEMS:
+        with ctx.Pool(1) as pool:
+            cpu, wall, n, rss = pool.apply(_one_search, (tuple(args),))
+        print(f"{label:34} {n:7d} {cpu:7.2f} {wall:7.2f} {rss:9.0f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--skip-old", action="store_true", help="do not time the one-layout path")
+    args = p.parse_args()
+    rates(args.skip_old)
+    searches()
+
+
+if __name__ == "__main__":
+    main()

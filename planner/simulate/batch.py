@@ -1,0 +1,338 @@
+"""Many candidates of one model, cluster, profile and stack: the figures of ``simulate_step``,
+memory first, each stage's result shared by every candidate whose inputs it reads.
+
+A search costs thousands of layouts that differ in a few fields. The stages of
+``simulate_step`` (planner/simulate/step.py) each read a subset of the layout: the layer costs
+read tp, cp, ep, sequence parallelism, the TP / EP overlaps and the training settings but not
+pp, dp, vpp, ZeRO or the schedule; the parameters per GPU add pp; the data-parallel traffic adds
+dp, ZeRO and its overlaps. :class:`BatchSimulator` runs the same stage functions and keeps each
+result under the key of exactly what it reads, so a stage is costed once per distinct key, and
+prices the memory before the time so that a candidate that cannot fit is never timed.
+
+The figures are those of the one-layout path, bit for bit (tests/simulate/test_batch.py checks
+thousands of random legal layouts of every shipped model); the full :class:`StepReport` (its
+plan, notes and placement) is built by ``simulate_step`` only for the layouts a caller shows.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+from planner.costs import comms, compute, flops, pipeline
+from planner.profile import CalibrationProfile
+from planner.schedules import schedule_of
+from planner.simulate.planning import stage_plans
+from planner.simulate.stages import (
+    Context,
+    DataParallel,
+    Edges,
+    Params,
+    Stack,
+    dp_traffic,
+    edge_costs,
+    edge_work,
+    layer_memory,
+    layer_stack,
+    params_per_gpu,
+    pp_send_s,
+    rank_costs,
+)
+from planner.simulate.step import (
+    activation_terms,
+    flops_per_token,
+    memory_peak,
+    step_times,
+    utilisation,
+)
+from planner.specs.blocks import LayerSpec
+from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
+from planner.stacks import check_stack, reserved_peak_gib, stack_layout, stack_training
+
+# Layout fields the layer costs (planner/simulate/layers.py), the layer activations and the
+# edge costs never read: a layer-cost key leaves them out.
+NOT_READ_BY_LAYERS = frozenset(
+    {
+        "pp",
+        "dp",
+        "vpp",
+        "zero",
+        "schedule",
+        "overlap_dp_grad_reduce",
+        "overlap_zero3_param_gather",
+        "pp_scatter_gather",
+    }
+)
+LAYER_LAYOUT_FIELDS = tuple(f for f in Layout.model_fields if f not in NOT_READ_BY_LAYERS)
+# Training fields every stage may read; the global batch enters only through the micro-batch
+# count and the tokens per step.
+LAYER_TRAINING_FIELDS = tuple(f for f in Training.model_fields if f != "global_batch")
+_LAYER_LAYOUT = operator.attrgetter(*LAYER_LAYOUT_FIELDS)
+_LAYER_TRAINING = operator.attrgetter(*LAYER_TRAINING_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What a search ranks and prints of one candidate: the figures of its StepReport.
+
+    ``timed`` False: the memory was priced and the candidate does not fit the limit it was
+    asked about, so its time was never costed (the time fields are 0 and
+    ``time_breakdown_s`` is empty). Seconds, tokens/s, percent and GiB as in StepReport.
+    """
+
+    timed: bool
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu_pct: float
+    hfu_pct: float
+    model_flops_per_token: float
+    gpus: int
+    microbatches: int
+    time_breakdown_s: dict[str, float]
+    memory_breakdown_gib: dict[str, float]
+    peak_memory_gib: float
+    peak_memory_stage: str
+    usable_memory_gib: float
+    stack: str  # "" without a stack, as StepReport
+    peak_reserved_gib: float | None
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_gib <= self.usable_memory_gib
+
+    @property
+    def memory_headroom_gib(self) -> float:
+        """Usable GiB left free at the peak (negative: over)."""
+        return self.usable_memory_gib - self.peak_memory_gib
+
+
+@dataclass(slots=True)
+class _Timed:
+    """The time costs of one layer-cost key (computed for its first candidate that fits)."""
+
+    stack: Stack  # its layer_max is that candidate's; replaced per pp
+    edges: Edges
+    emb: dict[str, float]
+    head: dict[str, float]
+    work: tuple[float, float]  # flops_per_token
+
+
+@dataclass(slots=True)
+class _Layers:
+    """What one layer-cost key gives every candidate that shares it: the memory first."""
+
+    kinds: list[tuple[LayerSpec, float]]
+    act_layer: float  # activation bytes per layer and micro-batch
+    terms: tuple[float, float]  # activation_terms
+    timed: _Timed | None = None
+
+
+class BatchSimulator:
+    """The figures of ``simulate_step(model, cluster, layout, training, profile, False,
+    stack)`` for many layouts, each stage costed once per distinct input.
+
+    ``memory_limit_gib``: a candidate whose peak exceeds it is returned memory only
+    (``Figures.timed`` False). Raises what ``simulate_step`` raises: PlannerError for a layout
+    the stack cannot run, ArithmeticError on extreme inputs."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        cluster: Cluster,
+        profile: CalibrationProfile,
+        stack: StackSpec | None = None,
+    ) -> None:
+        self.model, self.cluster, self.profile, self.stack = model, cluster, profile, stack
+        self.fabric = comms.make_fabric(cluster, profile)
+        self.usable = cluster.accelerator.hbm_usable_gib
+        self._devices: dict[tuple, compute.Device] = {}
+        self._groups: dict[tuple, comms.Groups] = {}
+        self._trainings: dict[Training, Training] = {}
+        self._layers: dict[tuple, _Layers] = {}
+        self._stacks: dict[tuple, Stack] = {}
+        self._params: dict[tuple, Params] = {}
+        self._pp_s: dict[tuple, float] = {}
+        self._dp: dict[tuple, DataParallel] = {}
+        self._kernels: dict = {}  # layers.layer_costs' shared kernel costs
+
+    # ---- the shared stages ---------------------------------------------------------------
+    def _applied(self, layout: Layout, training: Training) -> tuple[Layout, Training]:
+        """``layout`` and ``training`` under the stack, checked (``simulate_step``'s first
+        step); the training part once per distinct Training."""
+        stack = self.stack
+        if stack is None:
+            return layout, training
+        tr = self._trainings.get(training)
+        if tr is None:
+            tr = self._trainings[training] = stack_training(stack, self.model, training)
+        layout = stack_layout(stack, layout)
+        check_stack(stack, layout, tr)
+        return layout, tr
+
+    def _context(self, layout: Layout, training: Training) -> Context:
+        dkey = (training.precision, training.attention_kernel, training.execution)
+        dev = self._devices.get(dkey)
+        if dev is None:
+            dev = self._devices[dkey] = compute.make_device(
+                self.cluster.accelerator,
+                self.profile,
+                training.precision,
+                training.attention_kernel,
+                "layernorm" if self.model.activation == "gelu" else "rmsnorm",
+                training.execution,
+            )
+        gkey = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.expert_tp)
+        groups = self._groups.get(gkey)
+        if groups is None:
+            groups = self._groups[gkey] = comms.place_groups(
+                *gkey[:5], self.fabric.domain_gpus, layout.expert_tp
+            )
+        return Context(
+            self.model,
+            self.cluster,
+            layout,
+            training,
+            self.profile,
+            dev,
+            self.fabric,
+            groups,
+            pipeline.microbatches_per_step(training.global_batch, training.micro_batch, layout.dp),
+            flops.tokens_per_gpu(layout, training),
+            layout.virtual_stages,
+            schedule_of(layout),
+            self._kernels,
+        )
+
+    def _layer_part(self, ctx: Context) -> tuple[tuple, _Layers]:
+        """The layer-cost key of ``ctx`` and its memory part."""
+        layout = ctx.layout
+        # the TP, CP and EP groups follow from tp, cp, ep and expert_tp on this cluster
+        key = (_LAYER_LAYOUT(layout), layout.expert_tp, _LAYER_TRAINING(ctx.training))
+        part = self._layers.get(key)
+        if part is None:
+            kinds, act_layer = layer_memory(ctx)
+            terms = activation_terms(ctx, self._stack(key, kinds, act_layer, layout.pp, None))
+            part = self._layers[key] = _Layers(kinds, act_layer, terms)
+        return key, part
+
+    def _timed(self, key: tuple, part: _Layers, ctx: Context) -> _Timed:
+        """The time part of a layer-cost key, costed on first use."""
+        if part.timed is None:
+            stack = layer_stack(ctx, (part.kinds, part.act_layer))
+            edges = edge_costs(ctx, stack)
+            emb, head = edge_work(ctx, stack, edges)
+            part.timed = _Timed(stack, edges, emb, head, flops_per_token(ctx, stack))
+        return part.timed
+
+    def _stack(
+        self, key: tuple, kinds: list, act_layer: float, pp: int, timed: _Timed | None
+    ) -> Stack:
+        """The layer stack with the layers on the most loaded rank of ``pp`` stages: without
+        time costs (what the memory reads) when ``timed`` is None."""
+        k = (key, pp, timed is not None)
+        s = self._stacks.get(k)
+        if s is None:
+            s = self._stacks[k] = Stack(
+                kinds,
+                timed.stack.costs if timed else [],
+                timed.stack.per_layer if timed else {},
+                pipeline.layers_on_bottleneck_stage(self.model.layers, pp),
+                act_layer,
+            )
+        return s
+
+    # ---- one candidate ---------------------------------------------------------------------
+    def figures(
+        self, layout: Layout, training: Training, memory_limit_gib: float | None = None
+    ) -> Figures:
+        """The candidate's figures; timed unless its peak exceeds ``memory_limit_gib``."""
+        layout, training = self._applied(layout, training)
+        ctx = self._context(layout, training)
+        key, part = self._layer_part(ctx)
+        pp = layout.pp
+        stack = self._stack(key, part.kinds, part.act_layer, pp, None)
+        pkey = (key, pp, ctx.both_ends)
+        params = self._params.get(pkey)
+        if params is None:
+            params = self._params[pkey] = params_per_gpu(ctx, stack)
+        mem, stage_name = memory_peak(ctx, stack, params, part.terms)
+        peak = sum(mem.values())
+        if memory_limit_gib is not None and peak > memory_limit_gib:
+            return self._result(ctx, None, 0.0, None, {}, mem, peak, stage_name)
+        t = self._timed(key, part, ctx)
+        stack = self._stack(key, part.kinds, part.act_layer, pp, t)
+        pp_s = self._pp_send(key, ctx)
+        dp = self._dp_traffic(pkey, ctx, stack, params)
+        ranks = rank_costs(ctx, stack, t.emb, t.head, pp_s, dp)
+
+        def plan() -> tuple:
+            specs, recipe, _ = stage_plans(ctx, stack, t.edges, t.emb, t.head, pp_s, dp, ranks)
+            return specs, recipe
+
+        steady, bubble, optimizer_s, breakdown = step_times(ctx, ranks, params, dp, plan)
+        step = steady + bubble + dp.step + optimizer_s
+        return self._result(ctx, stack, step, t.work, breakdown, mem, peak, stage_name)
+
+    def _pp_send(self, key: tuple, ctx: Context) -> float:
+        layout = ctx.layout
+        k = (key, layout.pp, ctx.vpp, layout.pp_scatter_gather, ctx.groups.pp)
+        out = self._pp_s.get(k)
+        if out is None:
+            out = self._pp_s[k] = pp_send_s(ctx)
+        return out
+
+    def _dp_traffic(self, pkey: tuple, ctx: Context, stack: Stack, params: Params) -> DataParallel:
+        layout = ctx.layout
+        k = (
+            pkey,
+            layout.dp,
+            layout.zero,
+            layout.overlap_dp_grad_reduce,
+            layout.overlap_zero3_param_gather,
+            ctx.groups.dp_cp,
+            ctx.microbatches > 1,
+        )
+        out = self._dp.get(k)
+        if out is None:
+            out = self._dp[k] = dp_traffic(ctx, stack, params)
+        return out
+
+    def _result(
+        self,
+        ctx: Context,
+        stack: Stack | None,
+        step: float,
+        work: tuple[float, float] | None,
+        breakdown: dict[str, float],
+        mem: dict[str, float],
+        peak: float,
+        stage_name: str,
+    ) -> Figures:
+        """The Figures of a priced candidate: timed (with its utilisation) when ``stack`` and
+        ``work`` are given, memory only when they are None."""
+        gpus = ctx.layout.world_size
+        mfu = hfu = tps = mf_tok = 0.0
+        if stack is not None and work is not None:
+            mfu, hfu, mf_tok, tps = utilisation(ctx, stack, step, work)
+        return Figures(
+            stack is not None,
+            step,
+            tps,
+            tps / gpus,
+            mfu,
+            hfu,
+            mf_tok,
+            gpus,
+            ctx.microbatches,
+            breakdown,
+            mem,
+            peak,
+            stage_name,
+            self.usable,
+            self.stack.name if self.stack is not None else "",
+            reserved_peak_gib(self.stack, peak) if self.stack is not None else None,
+        )
