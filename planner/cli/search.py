@@ -19,13 +19,14 @@ from rich.console import Console
 import planner
 from planner.cli.common import CLUSTER_HELP, MODEL_HELP, add_profile_device_flag, console
 from planner.cli.inputs import NO_STACK, stack_flag
-from planner.errors import PlannerError
+from planner.errors import PlannerError, _shown
 from planner.profile import check_profile_device
 from planner.report import TIME_CATEGORIES
 from planner.safe_io import dumps_strict
-from planner.search import METHODS, SearchResult, parse_schedules, search
+from planner.search import MAX_SWEEP_VALUES, METHODS, SearchResult, parse_schedules, search
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports, write_exports
+from planner.specs.base import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from planner.specs.fields import input_fields
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Training
@@ -33,6 +34,10 @@ from planner.specs.model import ModelSpec
 
 OBJECTIVES = ("tokens_per_s", "cost", "time_to_train")
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
+SWEEP_SYNTAX = (
+    "an integer, a comma list (512,1024,2048), a doubling range A:B (256:2048) or a stepped "
+    "range A:B:STEP (2048:8192:2048)"
+)
 
 
 def _choices(field: str) -> tuple[str, ...]:
@@ -67,8 +72,18 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
         help="also search larger GPU counts up to this one: powers of two and doubling "
         "multiples of the scale-up domain (for --objective cost or time_to_train)",
     )
-    p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
-    p.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence")
+    p.add_argument(
+        "--global-batch",
+        required=True,
+        help="sequences per step: one, a comma list (512,1024,2048), a doubling range A:B "
+        "(256:2048; both ends included) or a stepped range A:B:STEP; several are searched in "
+        "one call, every combination with every --seq-len, ranked together",
+    )
+    p.add_argument(
+        "--seq-len",
+        default="4096",
+        help="tokens per sequence (default 4096): one or several, written as --global-batch",
+    )
     p.add_argument(
         "--precision",
         choices=_choices("precision"),
@@ -178,14 +193,70 @@ def gpu_counts(first: int, last: int | None, domain: int) -> tuple[int, ...]:
     return tuple(sorted(counts))
 
 
+def sweep_values(flag: str, text: str, maximum: int) -> tuple[int, ...]:
+    """The values of ``--global-batch`` or ``--seq-len``: comma-separated items, each an integer,
+    a doubling range A:B (A, 2A, 4A, ... below B, then B) or a stepped range A:B:STEP (A,
+    A+STEP, ... below B, then B); distinct, increasing. Anything else is a PlannerError on
+    ``flag`` that says what is valid (values 1 to ``maximum``, at most MAX_SWEEP_VALUES).
+
+    >>> sweep_values("--global-batch", "256:2048", 2**24)
+    (256, 512, 1024, 2048)
+    >>> sweep_values("--seq-len", "8192, 2048:4096", 2**24)
+    (2048, 4096, 8192)
+    """
+    valid = f"{SWEEP_SYNTAX}; each 1 to {maximum:,}, at most {MAX_SWEEP_VALUES} values"
+    values: set[int] = set()
+    for item in str(text).split(","):
+        values.update(_sweep_item(flag, item.strip(), maximum, valid))
+        if len(values) > MAX_SWEEP_VALUES:
+            raise PlannerError(
+                flag, f"{_shown(text)} has more than {MAX_SWEEP_VALUES} values", valid
+            )
+    return tuple(sorted(values))
+
+
+def _sweep_item(flag: str, item: str, maximum: int, valid: str) -> list[int]:
+    """The values of one comma-separated item of a sweep flag (see :func:`sweep_values`)."""
+    parts = item.split(":")
+    try:
+        numbers = [int(part) for part in parts]
+    except ValueError:  # not a number, or one of more than 4,300 digits
+        numbers = []
+    if len(parts) > 3 or len(numbers) != len(parts):
+        shown = _shown(item) if item else "an empty item"
+        raise PlannerError(flag, f"{shown} is not an integer or a range", valid)
+    for n in numbers:
+        if not 1 <= n <= maximum:
+            raise PlannerError(flag, f"{_shown(n)} is out of range", valid)
+    if len(numbers) == 1:
+        return numbers
+    first, last = numbers[0], numbers[1]
+    if last < first:
+        raise PlannerError(flag, f"{_shown(item)} ends below its start", valid)
+    if len(numbers) == 2:
+        doubled = [first]
+        while doubled[-1] * 2 < last:
+            doubled.append(doubled[-1] * 2)
+        return [*doubled, last]
+    if (last - first) // numbers[2] >= MAX_SWEEP_VALUES:
+        raise PlannerError(flag, f"{_shown(item)} has more than {MAX_SWEEP_VALUES} values", valid)
+    return [*range(first, last, numbers[2]), last]
+
+
+def sweep(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The global batches and sequence lengths the flags ask for (see :func:`sweep_values`)."""
+    return (
+        sweep_values("--global-batch", args.global_batch, MAX_GLOBAL_BATCH),
+        sweep_values("--seq-len", args.seq_len, MAX_SEQ_LEN),
+    )
+
+
 def _check_args(args: argparse.Namespace) -> None:
-    for name, minimum in (("trials", 1), ("workers", 1), ("top", 1), ("global_batch", 1)):
+    for name, minimum in (("trials", 1), ("workers", 1), ("top", 1)):
         value = getattr(args, name)
         if value < minimum:
             flag = "--" + name.replace("_", "-")
             raise PlannerError(flag, f"{value} is below {minimum}", f"an integer >= {minimum}")
-    if args.seq_len < 1:
-        raise PlannerError("--seq-len", f"{args.seq_len} is below 1", "an integer >= 1")
     if not 0.0 <= args.memory_headroom < 1.0:
         raise PlannerError("--memory-headroom", f"{args.memory_headroom}", "0 <= x < 1")
     if args.tokens is not None and args.tokens <= 0:
@@ -250,6 +321,7 @@ def setting_differences(best: Evaluated, other: Evaluated) -> list[str]:
 
 
 def _no_feasible(result: SearchResult, model: ModelSpec, args: argparse.Namespace) -> PlannerError:
+    batches, seqs = sweep(args)
     reasons = sorted(result.infeasible.items(), key=lambda kv: -kv[1])
     text = ", ".join(f"{k} ({v:,})" for k, v in reasons) or "no candidates"
     oom = any("memory" in k for k, _ in reasons)
@@ -263,7 +335,7 @@ def _no_feasible(result: SearchResult, model: ModelSpec, args: argparse.Namespac
     return PlannerError(
         "search",
         f"no feasible layout of {model.name} on {counts} GPUs with global batch "
-        f"{args.global_batch} and seq_len {args.seq_len}: {text}",
+        f"{'/'.join(map(str, batches))} and seq_len {'/'.join(map(str, seqs))}: {text}",
         hint,
     )
 
@@ -271,6 +343,7 @@ def _no_feasible(result: SearchResult, model: ModelSpec, args: argparse.Namespac
 def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResult]:
     """Load the specs and run the search the flags describe."""
     _check_args(args)
+    batches, seqs = sweep(args)
     try:
         schedules = parse_schedules(args.schedules)
     except PlannerError as exc:
@@ -287,8 +360,8 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 model,
                 cluster,
                 counts if len(counts) > 1 else counts[0],
-                args.global_batch,
-                seq_len=args.seq_len,
+                batches if len(batches) > 1 else batches[0],
+                seq_len=seqs if len(seqs) > 1 else seqs[0],
                 precision=args.precision,
                 cross_entropy=args.cross_entropy,
                 stack=stack_flag(args, default=NO_STACK),
@@ -320,6 +393,11 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 "tokens/s grows with the GPU count: --objective cost or time_to_train (or "
                 "--pareto) trades GPUs against speed"
             )
+    if len(batches) > 1 and args.objective == "tokens_per_s":
+        result.notes.append(
+            "a larger global batch often gives more tokens/s: --pareto adds the front of "
+            "tokens/s against the batch in tokens (global batch x seq_len)"
+        )
     if not result.top(1):
         raise _no_feasible(result, model, args)
     return model, cluster, result
@@ -354,6 +432,9 @@ def run(args: argparse.Namespace) -> int:
         }
         if args.pareto:
             out["pareto"] = {k: [entry(e) for e in v] for k, v in result.pareto.items()}
+        batches, seqs = sweep(args)
+        if len(batches) * len(seqs) > 1:  # each entry's training holds its own
+            out["sweep"] = {"global_batch": list(batches), "seq_len": list(seqs)}
         if paths:
             out["export_files"] = [str(p) for p in paths]
         sys.stdout.write(dumps_strict(out) + "\n")  # a non-finite figure is an error, not NaN
@@ -381,4 +462,6 @@ __all__ = [
     "run",
     "run_search",
     "setting_differences",
+    "sweep",
+    "sweep_values",
 ]

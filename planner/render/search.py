@@ -69,14 +69,22 @@ def render_search_summary(
 
 
 def render_search_top(
-    console: Console, top: list[Any], objective: str, gpus_column: bool | None = None
+    console: Console,
+    top: list[Any],
+    objective: str,
+    gpus_column: bool | None = None,
+    sweep_columns: bool | None = None,
 ) -> None:
     """The ranking: layout columns, step time (s), throughput, MFU (%), memory (GiB) and the
     main time categories in seconds per step (compute, recompute, exposed comm, bubble).
     The GPU column is shown when ``gpus_column`` (default: when the rows differ in GPU count),
-    CP, EP and VPP when one row has them above 1."""
+    the global batch (sequences) and seq_len (tokens) columns when ``sweep_columns`` (default:
+    when the rows differ in either), CP, EP and VPP when one row has them above 1."""
+    sweep = _differ(top) if sweep_columns is None else sweep_columns
     varies = {
         "GPUs": len({e.gpus for e in top}) > 1 if gpus_column is None else gpus_column,
+        "global\nbatch": sweep,
+        "seq\nlen": sweep,
         "CP": any(e.layout.cp > 1 for e in top),
         "EP": any(e.layout.ep > 1 for e in top),
         "VPP": any(e.layout.virtual_stages > 1 for e in top),
@@ -87,6 +95,8 @@ def render_search_top(
         (name, get)
         for name, get in (
             ("GPUs", lambda i, e: str(e.gpus)),
+            ("global\nbatch", lambda i, e: str(e.training.global_batch)),
+            ("seq\nlen", lambda i, e: str(e.training.seq_len)),
             ("TP", lambda i, e: str(e.layout.tp)),
             ("PP", lambda i, e: str(e.layout.pp)),
             ("DP", lambda i, e: str(e.layout.dp)),
@@ -166,8 +176,15 @@ def render_search_why(
     )
 
 
+def _differ(rows: list[Any]) -> bool:
+    """Whether ``rows`` (evaluated candidates) differ in global batch or seq_len."""
+    return len({(e.training.global_batch, e.training.seq_len) for e in rows}) > 1
+
+
 def render_pareto(console: Console, fronts: dict[str, list[Any]]) -> None:
-    """Each Pareto front as a table, best first on its first axis."""
+    """Each Pareto front as a table, best first on its first axis; with the global batch
+    (sequences) and seq_len (tokens) of each row when the fronts' rows differ in either."""
+    sweep = _differ([e for front in fronts.values() for e in front])
     for name, front in fronts.items():
         if name.endswith("_vs_gpus") and len({e.gpus for e in front}) <= 1:
             console.print(
@@ -176,8 +193,10 @@ def render_pareto(console: Console, fronts: dict[str, list[Any]]) -> None:
             )
             continue
         table = Table(title=f"Pareto front: {name.replace('_', ' ')}", title_justify="left")
+        batch_seq = ("batch", "seq") if sweep else ()
         for h in (
             "GPUs",
+            *batch_seq,
             "layout",
             "tokens/s",
             "tok/s/GPU",
@@ -187,8 +206,10 @@ def render_pareto(console: Console, fronts: dict[str, list[Any]]) -> None:
             table.add_column(h, justify="left" if h == "layout" else "right")
         for e in front:
             r = e.report
+            sizes = (str(e.training.global_batch), str(e.training.seq_len)) if sweep else ()
             table.add_row(
                 str(e.gpus),
+                *sizes,
                 escape(compact_layout(e.layout, e.training)),
                 _fmt(r.tokens_per_s, 0),
                 _fmt(r.tokens_per_s_per_gpu, 0),
@@ -223,7 +244,9 @@ def render_search(
 ) -> None:
     """Everything ``planner search`` shows, in reading order."""
     render_search_summary(console, result, model, cluster, objective)
-    render_search_top(console, top, objective, len({e.gpus for e in result.ranked}) > 1)
+    render_search_top(
+        console, top, objective, len({e.gpus for e in result.ranked}) > 1, _differ(result.ranked)
+    )
     if len(top) > 1:
         render_search_why(console, top[0], top[1], objective, why, settings)
     else:

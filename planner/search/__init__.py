@@ -5,15 +5,20 @@
 >>> result = planner.search(model, cluster, gpus=16, global_batch=64, seq_len=4096)
 >>> result.best.report.tokens_per_s > 0
 True
+>>> sweep = planner.search(model, cluster, gpus=8, global_batch=[32, 64], seq_len=[2048, 4096])
+>>> sorted({(e.training.global_batch, e.training.seq_len) for e in sweep.ranked})
+[(32, 2048), (32, 4096), (64, 2048), (64, 4096)]
 """
 
 from __future__ import annotations
 
+import itertools
+import numbers
 import sys
 import time
 import types
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,6 +50,8 @@ AUTO_EXHAUSTIVE_LIMIT = 200_000
 # refuses spaces above this many (~5 GB); auto and optuna keep only the trials they ran
 EXHAUSTIVE_MAX_CANDIDATES = 1_000_000
 METHODS = ("auto", "exhaustive", "optuna")
+# global batches (and sequence lengths) one search takes at most: each combination is one job
+MAX_SWEEP_VALUES = 64
 
 
 @dataclass
@@ -79,12 +86,26 @@ class SearchResult:
         return [e for e in self.ranked if e.feasible][:k]
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One (global batch, seq_len) combination of a search: the Training its candidates start
+    from and the space it searches (the default space's CP degrees depend on seq_len).
+
+    A search over several combinations runs one job each with the one Evaluator (it caches on
+    (gpus, layout, training), so jobs never collide) and ranks all their candidates together by
+    the objective's score; exhaustive enumerates the union of the jobs (auto counts that union),
+    Optuna runs one study per job with the full trial budget."""
+
+    training: Training
+    space: SearchSpace
+
+
 def search(
     model: ModelSpec,
     cluster: Cluster,
     gpus: int | Sequence[int],
-    global_batch: int,
-    seq_len: int = 4096,
+    global_batch: int | Sequence[int],
+    seq_len: int | Sequence[int] = 4096,
     precision: str | None = "bf16",
     cross_entropy: str | None = "fp32_copy",
     objective: Objective = "tokens_per_s",
@@ -108,10 +129,14 @@ def search(
     """Find the best legal layout of ``model`` on ``cluster`` for ``objective``.
 
     ``gpus``: one count, or several (cost / time-to-train objectives trade GPU count against
-    speed). ``method``: exhaustive enumeration (ground truth; refused above
-    EXHAUSTIVE_MAX_CANDIDATES legal candidates), Optuna, or auto (exhaustive when the space
-    holds at most AUTO_EXHAUSTIVE_LIMIT candidates). ``seed`` reproduces an Optuna search with
-    ``workers=1`` only: with several workers the trials interleave as the processes are
+    speed). ``global_batch`` (sequences per step) and ``seq_len`` (tokens per sequence): one
+    value each, or several: every (global batch, seq_len) combination is searched in one call,
+    each candidate's Training carrying its own, and the ranking and Pareto fronts span them all
+    (exhaustive: their union; Optuna: one study of ``trials`` trials per combination, named
+    ``STUDY-gbB-seqS`` when several). ``method``: exhaustive enumeration (ground truth; refused
+    above EXHAUSTIVE_MAX_CANDIDATES legal candidates), Optuna, or auto (exhaustive when the
+    space holds at most AUTO_EXHAUSTIVE_LIMIT candidates). ``seed`` reproduces an Optuna search
+    with ``workers=1`` only: with several workers the trials interleave as the processes are
     scheduled. ``time_budget_s``: a cooperative deadline, checked every few dozen candidates and
     after every trial; past it the search stops with a PlannerError on
     ``search.time_budget_s`` (finished trials stay in ``storage``). ``schedules``: the pipeline
@@ -123,30 +148,27 @@ def search(
     bf16 / fp32_copy).
     """
     deadline = Deadline(time_budget_s)
-    counts = _check_arguments(method, gpus, global_batch, seq_len)
+    counts, batches, seqs = _check_arguments(method, gpus, global_batch, seq_len)
     from planner import default_profile
 
     prof = profile or default_profile(cluster)
-    training = _search_training(seq_len, global_batch, precision, cross_entropy)
-    space = _search_space(space or default_space(model, cluster, counts, seq_len), schedules, stack)
+
+    def space_for(seq: int) -> SearchSpace:
+        return space or default_space(model, cluster, counts, seq)
+
+    jobs = _jobs(batches, seqs, precision, cross_entropy, space_for, schedules, stack)
     evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens, stack=stack)
     start = time.perf_counter()
-    notes = _stack_notes(stack)
-    method, size = _choose_method(method, evaluator, training, space, deadline, notes)
-    space.rejected.clear()
+    notes = _stack_notes(stack) + _sweep_notes(batches, seqs)
+    method, sizes = _choose_method(method, evaluator, jobs, deadline, notes)
+    for searched in _spaces(jobs):
+        searched.rejected.clear()
     if method == "exhaustive":
-        ranked = exhaustive(
-            evaluator,
-            training,
-            space,
-            (lambda i: progress(i, size)) if progress and size else None,
-            deadline,
-        )
+        ranked = _run_exhaustive(evaluator, jobs, sizes or [], progress, deadline)
     else:
         ranked = _run_optuna(
             evaluator,
-            training,
-            space,
+            jobs,
             notes,
             deadline,
             progress,
@@ -157,7 +179,26 @@ def search(
             workers=workers,
             seed=seed,
         )
-    return _result(method, ranked, evaluator, space, start, size, notes, pareto)
+    return _result(method, ranked, evaluator, jobs, start, sizes, notes, pareto)
+
+
+def _jobs(
+    batches: tuple[int, ...],
+    seqs: tuple[int, ...],
+    precision: str | None,
+    cross_entropy: str | None,
+    space_for: Callable[[int], SearchSpace],
+    schedules: Sequence[str] | None,
+    stack: StackSpec | None,
+) -> list[_Job]:
+    """One job per (global batch, seq_len), batches outer; ``space_for(seq_len)``: the space
+    before the schedules and the stack narrow it (one per seq_len, shared by its jobs)."""
+    trainings = [
+        _search_training(s, b, precision, cross_entropy)
+        for b, s in itertools.product(batches, seqs)
+    ]
+    spaces = {s: _search_space(space_for(s), schedules, stack) for s in seqs}
+    return [_Job(t, spaces[t.seq_len]) for t in trainings]
 
 
 def _stack_notes(stack: StackSpec | None) -> list[str]:
@@ -165,6 +206,21 @@ def _stack_notes(stack: StackSpec | None) -> list[str]:
     if stack is None:
         return []
     return [f"stack {stack.name}: only what it runs, with its kernels and execution"]
+
+
+def _sweep_notes(batches: tuple[int, ...], seqs: tuple[int, ...]) -> list[str]:
+    """A note naming the global batches and sequence lengths, when several are searched."""
+    if len(batches) * len(seqs) == 1:
+        return []
+    return [
+        f"global batches searched: {', '.join(map(str, batches))}; sequence lengths: "
+        f"{', '.join(map(str, seqs))} ({len(batches) * len(seqs)} combinations, ranked together)"
+    ]
+
+
+def _spaces(jobs: Sequence[_Job]) -> list[SearchSpace]:
+    """The distinct spaces the jobs search (jobs of one seq_len share theirs)."""
+    return list({id(j.space): j.space for j in jobs}.values())
 
 
 def _search_space(
@@ -177,20 +233,40 @@ def _search_space(
 
 
 def _check_arguments(
-    method: str, gpus: int | Sequence[int], global_batch: int, seq_len: int
-) -> tuple[int, ...]:
-    """Refuse an unknown method, no or non-positive GPU counts, or a non-positive batch or
-    sequence length (tokens); return the GPU counts as a tuple."""
+    method: str,
+    gpus: int | Sequence[int],
+    global_batch: int | Sequence[int],
+    seq_len: int | Sequence[int],
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Refuse an unknown method, no or non-positive GPU counts, global batches or sequence
+    lengths (tokens); return the GPU counts as given, and the distinct global batches and
+    sequence lengths in increasing order."""
     if method not in METHODS:
         raise PlannerError("method", f"unknown method {method!r}", ", ".join(METHODS))
     counts = (gpus,) if isinstance(gpus, int) else tuple(gpus)
     if not counts or min(counts) < 1:
         raise PlannerError("gpus", f"{gpus}", "one or more positive GPU counts")
-    if global_batch < 1 or seq_len < 1:
+    batches = _positive("global_batch", global_batch)
+    return counts, batches, _positive("seq_len", seq_len)
+
+
+def _positive(name: str, given: int | Sequence[int]) -> tuple[int, ...]:
+    """``given`` (one integer or several) as its distinct values, increasing; a PlannerError on
+    ``name`` when there is none, or one is not an integer >= 1."""
+    several = isinstance(given, Sequence) and not isinstance(given, str)
+    valid = f"1 to {MAX_SWEEP_VALUES} integers >= 1" if several else "an integer >= 1"
+    if several and len(given) > MAX_SWEEP_VALUES:
+        raise PlannerError(name, f"{len(given):,} values", valid)
+    values = tuple(given) if several else (given,)
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+        raise PlannerError(name, f"{given!r} is not an integer", valid)
+    if not values:
+        raise PlannerError(name, "no value", valid)
+    if min(values) < 1:
         raise PlannerError(
-            "global_batch" if global_batch < 1 else "seq_len", "must be positive", "an integer >= 1"
+            name, f"{given!r} has a value below 1" if several else "must be positive", valid
         )
-    return counts
+    return tuple(sorted({int(v) for v in values}))
 
 
 def _search_training(
@@ -212,21 +288,22 @@ def _search_training(
 def _choose_method(
     method: str,
     evaluator: Evaluator,
-    training: Training,
-    space: SearchSpace,
+    jobs: Sequence[_Job],
     deadline: Deadline,
     notes: list[str],
-) -> tuple[str, int | None]:
-    """The method to run and the space size (None: not counted, or past the limit).
+) -> tuple[str, list[int] | None]:
+    """The method to run and each job's count of legal candidates (None: not counted, or the
+    total is past the limit).
 
-    auto: exhaustive up to AUTO_EXHAUSTIVE_LIMIT legal candidates, else optuna (noted in
+    auto: exhaustive up to AUTO_EXHAUSTIVE_LIMIT legal candidates in all, else optuna (noted in
     ``notes``); exhaustive: refused above EXHAUSTIVE_MAX_CANDIDATES; optuna: not counted.
     """
     if method not in ("auto", "exhaustive"):
         return method, None
     # counting stops past the limit: a huge space is never walked (nor held) in full
     limit = AUTO_EXHAUSTIVE_LIMIT if method == "auto" else EXHAUSTIVE_MAX_CANDIDATES
-    size = count_candidates(evaluator, training, space, limit, deadline)
+    sizes = _count(evaluator, jobs, limit, deadline)
+    size = sum(sizes)
     over = size > limit
     if method == "auto":
         method = "optuna" if over else "exhaustive"
@@ -240,15 +317,49 @@ def _choose_method(
             "method",
             f"exhaustive search of more than {limit:,} legal candidates would hold them "
             "all in memory",
-            "auto or optuna, or a smaller space: fewer GPU counts, a fixed tp/pp",
+            "auto or optuna, or a smaller space: fewer GPU counts, global batches or sequence "
+            "lengths, a fixed tp/pp",
         )
-    return method, (None if over else size)
+    return method, (None if over else sizes)
+
+
+def _count(evaluator: Evaluator, jobs: Sequence[_Job], limit: int, deadline: Deadline) -> list[int]:
+    """Legal candidates of each job, counted until the total passes ``limit`` (the jobs after
+    that are not counted)."""
+    sizes: list[int] = []
+    for job in jobs:
+        left = limit - sum(sizes)
+        sizes.append(count_candidates(evaluator, job.training, job.space, left, deadline))
+        if sum(sizes) > limit:
+            break
+    return sizes
+
+
+def _ranked(results: Iterable[Evaluated]) -> list[Evaluated]:
+    """Best first, feasible candidates before the rest (the order of each method's own)."""
+    return sorted(results, key=lambda e: (not e.feasible, -e.score))
+
+
+def _run_exhaustive(
+    evaluator: Evaluator,
+    jobs: Sequence[_Job],
+    sizes: Sequence[int],
+    progress: Callable[[int, int], None] | None,
+    deadline: Deadline,
+) -> list[Evaluated]:
+    """Every job enumerated in full (``sizes``: their counts), ranked together; ``progress``
+    sees one count over all of them."""
+    total, done, ranked = sum(sizes), 0, []
+    for job, size in zip(jobs, sizes, strict=True):
+        report = (lambda i, d=done: progress(d + i, total)) if progress and total else None
+        ranked += exhaustive(evaluator, job.training, job.space, report, deadline)
+        done += size
+    return _ranked(ranked)
 
 
 def _run_optuna(
     evaluator: Evaluator,
-    training: Training,
-    space: SearchSpace,
+    jobs: Sequence[_Job],
     notes: list[str],
     deadline: Deadline,
     progress: Callable[[int, int], None] | None,
@@ -260,67 +371,100 @@ def _run_optuna(
     workers: int,
     seed: int,
 ) -> list[Evaluated]:
-    """Run the Optuna search (imported only when used); note that several workers interleave."""
-    from planner.search.optuna_search import optuna_search
+    """One Optuna study per job, ``trials`` each (imported only when used), ranked together;
+    note how many studies ran and that several workers interleave."""
+    from planner.search.optuna_search import DEFAULT_STUDY, optuna_search
 
-    ranked = optuna_search(
-        evaluator,
-        training,
-        space,
-        sampler=sampler,
-        trials=trials,
-        storage=storage,
-        study_name=study,
-        workers=workers,
-        seed=seed,
-        progress=progress,
-        notes=notes,
-        deadline=deadline,
-    )
+    ranked: list[Evaluated] = []
+    for k, job in enumerate(jobs):
+        ranked += optuna_search(
+            evaluator,
+            job.training,
+            job.space,
+            sampler=sampler,
+            trials=trials,
+            storage=storage,
+            study_name=study if len(jobs) == 1 else _study_name(study or DEFAULT_STUDY, job),
+            workers=workers,
+            seed=seed,
+            progress=_job_progress(progress, k, len(jobs)),
+            notes=notes,
+            deadline=deadline,
+        )
+    if len(jobs) > 1:
+        notes.append(
+            f"optuna: one study per (global batch, seq_len) combination, {trials} trials each "
+            f"({len(jobs)} studies)"
+        )
     if workers > 1:
         notes.append(
             f"{workers} workers: their trials interleave as the processes are scheduled, so "
             "the seed reproduces single-worker searches only"
         )
-    return ranked
+    return _ranked(ranked)
+
+
+def _study_name(study: str, job: _Job) -> str:
+    """The study of one job of a sweep: ``study`` with its global batch and seq_len."""
+    return f"{study}-gb{job.training.global_batch}-seq{job.training.seq_len}"
+
+
+def _job_progress(
+    progress: Callable[[int, int], None] | None, k: int, n: int
+) -> Callable[[int, int], None] | None:
+    """``progress`` of job ``k`` of ``n``, each ``total`` trials: one count over all jobs."""
+    if progress is None or n == 1:
+        return progress
+    return lambda done, total: progress(k * total + done, n * total)
 
 
 def _result(
     method: str,
     ranked: list[Evaluated],
     evaluator: Evaluator,
-    space: SearchSpace,
+    jobs: Sequence[_Job],
     start: float,
-    size: int | None,
+    sizes: list[int] | None,
     notes: list[str],
     pareto: bool,
 ) -> SearchResult:
-    """Assemble the SearchResult: infeasible counts are the rules' rejections plus the
-    evaluator's; ``start``: time.perf_counter() at the search's start, seconds."""
-    infeasible = Counter(space.rejected) + evaluator.infeasible
+    """Assemble the SearchResult: infeasible counts are the rules' rejections (summed over the
+    jobs' spaces) plus the evaluator's; ``start``: time.perf_counter() at the search's start,
+    seconds; ``sizes``: each job's count of legal candidates (None: not counted)."""
+    rejected: Counter = Counter()
+    for searched in _spaces(jobs):
+        rejected.update(searched.rejected)
     result = SearchResult(
         method,
         ranked,
         evaluator.simulated,
-        dict(infeasible),
+        dict(rejected + evaluator.infeasible),
         time.perf_counter() - start,
-        size,
+        None if sizes is None else sum(sizes),
         notes,
-        rejected_by_rule=dict(space.rejected),
+        rejected_by_rule=dict(rejected),
     )
     if pareto:
-        result.pareto = _pareto_fronts(ranked)
+        batches = {j.training.tokens_per_step for j in jobs}
+        result.pareto = _pareto_fronts(ranked, len(batches) > 1)
     return result
 
 
-def _pareto_fronts(ranked: list[Evaluated]) -> dict[str, list[Evaluated]]:
-    """The Pareto fronts a search reports: tokens/s against memory headroom (GiB) and GPUs."""
-    return {
+def _pareto_fronts(ranked: list[Evaluated], batches: bool = False) -> dict[str, list[Evaluated]]:
+    """The Pareto fronts a search reports: tokens/s against memory headroom (GiB) and GPUs, and
+    with ``batches`` (jobs of several batch sizes in tokens, global_batch * seq_len) against
+    that size, a smaller one preferred (more optimizer steps per token)."""
+    fronts = {
         "tokens_per_s_vs_memory_headroom": pareto_front(
             ranked, ("tokens_per_s", "memory_headroom_gib")
         ),
         "tokens_per_s_vs_gpus": pareto_front(ranked, ("tokens_per_s", "fewer_gpus")),
     }
+    if batches:
+        fronts["tokens_per_s_vs_batch_tokens"] = pareto_front(
+            ranked, ("tokens_per_s", "fewer_batch_tokens")
+        )
+    return fronts
 
 
 class _CallableModule(types.ModuleType):
@@ -334,6 +478,7 @@ class _CallableModule(types.ModuleType):
 sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = [
+    "MAX_SWEEP_VALUES",
     "MEGATRON_SCHEDULES",
     "Evaluated",
     "Evaluator",

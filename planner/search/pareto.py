@@ -10,9 +10,13 @@ Axis = Callable[[Evaluated], float]
 
 # name -> value to maximise
 AXES: dict[str, Axis] = {
-    "tokens_per_s": lambda e: e.report.tokens_per_s,
-    "memory_headroom_gib": lambda e: e.report.memory_headroom_gib,
+    "tokens_per_s": lambda e: e.figures.tokens_per_s,
+    "memory_headroom_gib": lambda e: e.figures.memory_headroom_gib,
     "fewer_gpus": lambda e: -float(e.gpus),
+    # the global batch in tokens (global_batch * seq_len), comparable across sequence lengths: at
+    # equal speed a smaller batch takes more optimizer steps per token, which matters above the
+    # critical batch size (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training")
+    "fewer_batch_tokens": lambda e: -float(e.training.tokens_per_step),
 }
 
 
