@@ -335,14 +335,21 @@ def _cluster_row(
 
 
 def _search_rows(
-    chosen: list[str], job: Job, model: planner.ModelSpec, prices: dict[str, tuple[float, str]]
+    chosen: list[str],
+    job: Job,
+    model: planner.ModelSpec,
+    prices: dict[str, tuple[float, str]],
+    table: Any,
 ) -> list[dict[str, Any]]:
-    """One row per chosen cluster, searched in turn under a progress bar."""
+    """One row per chosen cluster, searched in turn under a progress bar; the rows found so
+    far are shown in ``table`` (an ``st.empty`` slot) as each generation completes."""
     rows: list[dict[str, Any]] = []
     bar = st.progress(0.0, text="searching layouts")
     for i, cid in enumerate(chosen):
         rows.append(_cluster_row(cid, job, model, prices))
         bar.progress((i + 1) / len(chosen), text=f"searched {cid}")
+        if i + 1 < len(chosen):
+            table.dataframe(rows, hide_index=True)
     bar.empty()
     return rows
 
@@ -413,9 +420,10 @@ def body() -> None:
         return
 
     model = c.load_model(job.model_id)
-    rows = _search_rows(chosen, job, model, prices)
+    table = st.empty()
+    rows = _search_rows(chosen, job, model, prices, table)
     ok = [r for r in rows if r["tokens/s"] is not None]
-    st.dataframe(rows, hide_index=True)
+    table.dataframe(rows, hide_index=True)
     st.caption(_table_caption(job, model))
     if ok:
         _charts(ok, job.pue)

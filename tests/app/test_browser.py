@@ -183,6 +183,32 @@ def select(page: Page, label: str, option: str) -> None:
     wait_for_app(page)
 
 
+def widget_change_s(page: Page, label: str, option: str, metric: str) -> float:
+    """Seconds from picking ``option`` in the selectbox ``label`` until the metric ``metric``
+    shows a new value and the rerun has finished (a measurement, printed, never asserted)."""
+    old = metric_value(page, metric)
+    box = page.get_by_test_id("stSelectbox").filter(has_text=label).first
+    box.locator("input").click()
+    choice = page.get_by_role("option", name=option, exact=True)
+    choice.wait_for()
+    started = time.monotonic()
+    choice.click()
+    page.wait_for_function(
+        """([label, old]) => {
+          const app = document.querySelector("[data-testid='stApp']");
+          const m = [...document.querySelectorAll("[data-testid='stMetric']")].find(
+            (el) => el.innerText.includes(label));
+          return app.dataset.testScriptState === "notRunning" && m
+            && !m.querySelector("[data-testid='stMetricValue']").innerText.includes(old);
+        }""",
+        arg=[metric, old],
+        polling="raf",
+    )
+    seconds = time.monotonic() - started
+    wait_for_app(page)
+    return seconds
+
+
 def open_expander(page: Page, title: str) -> None:
     """Expand the expander titled ``title`` and wait for the rerun it triggers."""
     page.get_by_test_id("stExpander").filter(has_text=title).locator("summary").click()
@@ -253,7 +279,9 @@ def test_estimate_picks_model_and_cluster(
     sync_api.expect(page.locator(".st-key-est_gpus input")).to_have_value("8")
     before = metric_value(page, "Tokens/s")
     select(page, "Model", "llama2-13b")
-    select(page, "Cluster", "dgx-h200")
+    changed = widget_change_s(page, "Cluster", "dgx-h200", "Tokens/s")
+    with capsys.disabled():
+        print(f"\nEstimate widget change (cluster) answered in {changed * 1000:.0f} ms")
     main = page.get_by_test_id("stMain")
     sync_api.expect(main).to_contain_text("H200")
     sync_api.expect(main).to_contain_text("llama2-13b")
@@ -272,9 +300,15 @@ def test_estimate_picks_model_and_cluster(
     screenshot(page, shots / "estimate.png")
 
 
-def test_compare_lists_generations(page: Page, app_url: str, shots: Path) -> None:
+def test_compare_lists_generations(
+    page: Page, app_url: str, shots: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
     open_page(page, f"{app_url}/compare", timeout_s=120.0)
     sync_api.expect(page.get_by_test_id("stDataFrame")).to_be_visible(timeout=120_000)
+    seconds = time.monotonic() - started
+    with capsys.disabled():  # a measurement, printed for the log, never asserted
+        print(f"\nCompare page (six generations searched) answered in {seconds:.2f} s")
     assert_no_errors(page)
     # the table is drawn on a canvas: read it through its CSV download
     with page.expect_download() as download:
