@@ -12,35 +12,37 @@ True
 
 from __future__ import annotations
 
-import itertools
 import numbers
 import sys
 import time
 import types
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
 from planner.search.budget import Deadline
 from planner.search.evaluate import Evaluated, Evaluator, Objective
-from planner.search.exhaustive import count_candidates, exhaustive
+from planner.search.jobs import (
+    Job,
+    count_jobs,
+    make_jobs,
+    reset_rule_counts,
+    run_exhaustive,
+    run_optuna,
+    spaces,
+)
 from planner.search.pareto import pareto_front
 from planner.search.space import (
     MEGATRON_SCHEDULES,
     SearchSpace,
-    check_schedules,
     default_space,
     legal_layouts,
     parse_schedules,
-    stack_space,
 )
 from planner.specs.hardware import Cluster
-from planner.specs.layout import Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
 
@@ -50,6 +52,7 @@ AUTO_EXHAUSTIVE_LIMIT = 200_000
 # refuses spaces above this many (~5 GB); auto and optuna keep only the trials they ran
 EXHAUSTIVE_MAX_CANDIDATES = 1_000_000
 METHODS = ("auto", "exhaustive", "optuna")
+
 # global batches (and sequence lengths) one search takes at most: each combination is one job
 MAX_SWEEP_VALUES = 64
 
@@ -84,20 +87,6 @@ class SearchResult:
 
     def top(self, k: int = 10) -> list[Evaluated]:
         return [e for e in self.ranked if e.feasible][:k]
-
-
-@dataclass(frozen=True)
-class _Job:
-    """One (global batch, seq_len) combination of a search: the Training its candidates start
-    from and the space it searches (the default space's CP degrees depend on seq_len).
-
-    A search over several combinations runs one job each with the one Evaluator (it caches on
-    (gpus, layout, training), so jobs never collide) and ranks all their candidates together by
-    the objective's score; exhaustive enumerates the union of the jobs (auto counts that union),
-    Optuna runs one study per job with the full trial budget."""
-
-    training: Training
-    space: SearchSpace
 
 
 def search(
@@ -156,17 +145,16 @@ def search(
     def space_for(seq: int) -> SearchSpace:
         return space or default_space(model, cluster, counts, seq)
 
-    jobs = _jobs(batches, seqs, precision, cross_entropy, space_for, schedules, stack)
+    jobs = make_jobs(batches, seqs, precision, cross_entropy, space_for, schedules, stack)
     evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens, stack=stack)
     start = time.perf_counter()
     notes = _stack_notes(stack) + _sweep_notes(batches, seqs)
     method, sizes = _choose_method(method, evaluator, jobs, deadline, notes)
-    for searched in _spaces(jobs):
-        searched.rejected.clear()
+    reset_rule_counts(jobs, method, sizes)
     if method == "exhaustive":
-        ranked = _run_exhaustive(evaluator, jobs, sizes or [], progress, deadline)
+        ranked = run_exhaustive(evaluator, jobs, sizes or [], progress, deadline)
     else:
-        ranked = _run_optuna(
+        ranked = run_optuna(
             evaluator,
             jobs,
             notes,
@@ -180,25 +168,6 @@ def search(
             seed=seed,
         )
     return _result(method, ranked, evaluator, jobs, start, sizes, notes, pareto)
-
-
-def _jobs(
-    batches: tuple[int, ...],
-    seqs: tuple[int, ...],
-    precision: str | None,
-    cross_entropy: str | None,
-    space_for: Callable[[int], SearchSpace],
-    schedules: Sequence[str] | None,
-    stack: StackSpec | None,
-) -> list[_Job]:
-    """One job per (global batch, seq_len), batches outer; ``space_for(seq_len)``: the space
-    before the schedules and the stack narrow it (one per seq_len, shared by its jobs)."""
-    trainings = [
-        _search_training(s, b, precision, cross_entropy)
-        for b, s in itertools.product(batches, seqs)
-    ]
-    spaces = {s: _search_space(space_for(s), schedules, stack) for s in seqs}
-    return [_Job(t, spaces[t.seq_len]) for t in trainings]
 
 
 def _stack_notes(stack: StackSpec | None) -> list[str]:
@@ -216,20 +185,6 @@ def _sweep_notes(batches: tuple[int, ...], seqs: tuple[int, ...]) -> list[str]:
         f"global batches searched: {', '.join(map(str, batches))}; sequence lengths: "
         f"{', '.join(map(str, seqs))} ({len(batches) * len(seqs)} combinations, ranked together)"
     ]
-
-
-def _spaces(jobs: Sequence[_Job]) -> list[SearchSpace]:
-    """The distinct spaces the jobs search (jobs of one seq_len share theirs)."""
-    return list({id(j.space): j.space for j in jobs}.values())
-
-
-def _search_space(
-    space: SearchSpace, schedules: Sequence[str] | None, stack: StackSpec | None
-) -> SearchSpace:
-    """``space`` with the requested schedules, then only what ``stack`` runs."""
-    if schedules is not None:
-        space = replace(space, schedules=check_schedules(schedules))
-    return stack_space(space, stack) if stack is not None else space
 
 
 def _check_arguments(
@@ -269,26 +224,10 @@ def _positive(name: str, given: int | Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted({int(v) for v in values}))
 
 
-def _search_training(
-    seq_len: int, global_batch: int, precision: str | None, cross_entropy: str | None
-) -> Training:
-    """The searched Training settings (None: left unset, for a stack to fill); pydantic's
-    rejection as a PlannerError on ``training``."""
-    given = {"precision": precision, "cross_entropy": cross_entropy}
-    try:
-        return Training(
-            seq_len=seq_len,
-            global_batch=global_batch,
-            **{k: v for k, v in given.items() if v is not None},
-        )
-    except ValidationError as exc:
-        raise pydantic_error_to_planner(exc, "training") from None
-
-
 def _choose_method(
     method: str,
     evaluator: Evaluator,
-    jobs: Sequence[_Job],
+    jobs: Sequence[Job],
     deadline: Deadline,
     notes: list[str],
 ) -> tuple[str, list[int] | None]:
@@ -302,7 +241,7 @@ def _choose_method(
         return method, None
     # counting stops past the limit: a huge space is never walked (nor held) in full
     limit = AUTO_EXHAUSTIVE_LIMIT if method == "auto" else EXHAUSTIVE_MAX_CANDIDATES
-    sizes = _count(evaluator, jobs, limit, deadline)
+    sizes = count_jobs(evaluator, jobs, limit, deadline)
     size = sum(sizes)
     over = size > limit
     if method == "auto":
@@ -323,106 +262,11 @@ def _choose_method(
     return method, (None if over else sizes)
 
 
-def _count(evaluator: Evaluator, jobs: Sequence[_Job], limit: int, deadline: Deadline) -> list[int]:
-    """Legal candidates of each job, counted until the total passes ``limit`` (the jobs after
-    that are not counted)."""
-    sizes: list[int] = []
-    for job in jobs:
-        left = limit - sum(sizes)
-        sizes.append(count_candidates(evaluator, job.training, job.space, left, deadline))
-        if sum(sizes) > limit:
-            break
-    return sizes
-
-
-def _ranked(results: Iterable[Evaluated]) -> list[Evaluated]:
-    """Best first, feasible candidates before the rest (the order of each method's own)."""
-    return sorted(results, key=lambda e: (not e.feasible, -e.score))
-
-
-def _run_exhaustive(
-    evaluator: Evaluator,
-    jobs: Sequence[_Job],
-    sizes: Sequence[int],
-    progress: Callable[[int, int], None] | None,
-    deadline: Deadline,
-) -> list[Evaluated]:
-    """Every job enumerated in full (``sizes``: their counts), ranked together; ``progress``
-    sees one count over all of them."""
-    total, done, ranked = sum(sizes), 0, []
-    for job, size in zip(jobs, sizes, strict=True):
-        report = (lambda i, d=done: progress(d + i, total)) if progress and total else None
-        ranked += exhaustive(evaluator, job.training, job.space, report, deadline)
-        done += size
-    return _ranked(ranked)
-
-
-def _run_optuna(
-    evaluator: Evaluator,
-    jobs: Sequence[_Job],
-    notes: list[str],
-    deadline: Deadline,
-    progress: Callable[[int, int], None] | None,
-    *,
-    sampler: str,
-    trials: int,
-    storage: str | None,
-    study: str | None,
-    workers: int,
-    seed: int,
-) -> list[Evaluated]:
-    """One Optuna study per job, ``trials`` each (imported only when used), ranked together;
-    note how many studies ran and that several workers interleave."""
-    from planner.search.optuna_search import DEFAULT_STUDY, optuna_search
-
-    ranked: list[Evaluated] = []
-    for k, job in enumerate(jobs):
-        ranked += optuna_search(
-            evaluator,
-            job.training,
-            job.space,
-            sampler=sampler,
-            trials=trials,
-            storage=storage,
-            study_name=study if len(jobs) == 1 else _study_name(study or DEFAULT_STUDY, job),
-            workers=workers,
-            seed=seed,
-            progress=_job_progress(progress, k, len(jobs)),
-            notes=notes,
-            deadline=deadline,
-        )
-    if len(jobs) > 1:
-        notes.append(
-            f"optuna: one study per (global batch, seq_len) combination, {trials} trials each "
-            f"({len(jobs)} studies)"
-        )
-    if workers > 1:
-        notes.append(
-            f"{workers} workers: their trials interleave as the processes are scheduled, so "
-            "the seed reproduces single-worker searches only"
-        )
-    return _ranked(ranked)
-
-
-def _study_name(study: str, job: _Job) -> str:
-    """The study of one job of a sweep: ``study`` with its global batch and seq_len."""
-    return f"{study}-gb{job.training.global_batch}-seq{job.training.seq_len}"
-
-
-def _job_progress(
-    progress: Callable[[int, int], None] | None, k: int, n: int
-) -> Callable[[int, int], None] | None:
-    """``progress`` of job ``k`` of ``n``, each ``total`` trials: one count over all jobs."""
-    if progress is None or n == 1:
-        return progress
-    return lambda done, total: progress(k * total + done, n * total)
-
-
 def _result(
     method: str,
     ranked: list[Evaluated],
     evaluator: Evaluator,
-    jobs: Sequence[_Job],
+    jobs: Sequence[Job],
     start: float,
     sizes: list[int] | None,
     notes: list[str],
@@ -432,7 +276,7 @@ def _result(
     jobs' spaces) plus the evaluator's; ``start``: time.perf_counter() at the search's start,
     seconds; ``sizes``: each job's count of legal candidates (None: not counted)."""
     rejected: Counter = Counter()
-    for searched in _spaces(jobs):
+    for searched in spaces(jobs):
         rejected.update(searched.rejected)
     result = SearchResult(
         method,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from planner.search.budget import NO_DEADLINE, Deadline
 from planner.search.evaluate import Evaluated, Evaluator
 from planner.search.space import SearchSpace, legal_layouts
-from planner.specs.layout import Training
+from planner.specs.layout import Layout, Training
+
+Candidate = tuple[int, Layout, Training]  # (GPUs, layout, training), as legal_layouts yields
 
 
 def count_candidates(
@@ -16,12 +18,18 @@ def count_candidates(
     space: SearchSpace,
     limit: int | None = None,
     deadline: Deadline = NO_DEADLINE,
+    keep: list[Candidate] | None = None,
+    keep_max: int = 0,
 ) -> int:
     """How many legal candidates the space holds (enumerates, does not simulate). With
-    ``limit``, counting stops at ``limit + 1`` ("more than limit")."""
+    ``limit``, counting stops at ``limit + 1`` ("more than limit"). ``keep``: a list the first
+    ``keep_max`` candidates are appended to, for :func:`exhaustive` to run without enumerating
+    again when that is all of them."""
     n = 0
-    for _ in legal_layouts(evaluator.model, evaluator.cluster, training, space, deadline):
+    for candidate in legal_layouts(evaluator.model, evaluator.cluster, training, space, deadline):
         n += 1
+        if keep is not None and n <= keep_max:
+            keep.append(candidate)
         if limit is not None and n > limit:
             break
     return n
@@ -33,14 +41,18 @@ def exhaustive(
     space: SearchSpace,
     progress: Callable[[int], None] | None = None,
     deadline: Deadline = NO_DEADLINE,
+    candidates: Iterable[Candidate] | None = None,
 ) -> list[Evaluated]:
     """Every legal candidate that fits in memory, evaluated; sorted best first. Candidates
     the simulator refuses, and those whose memory (priced first) exceeds the limit, are
-    counted in ``evaluator.infeasible`` and left out without their time being costed."""
+    counted in ``evaluator.infeasible`` and left out without their time being costed.
+    ``candidates``: the space's legal candidates when already enumerated
+    (:func:`count_candidates`' ``keep``)."""
+    if candidates is None:
+        candidates = legal_layouts(evaluator.model, evaluator.cluster, training, space, deadline)
     results = []
-    for i, (gpus, layout, tr) in enumerate(
-        legal_layouts(evaluator.model, evaluator.cluster, training, space, deadline)
-    ):
+    for i, (gpus, layout, tr) in enumerate(candidates):
+        deadline.tick()
         ev = evaluator.evaluate(gpus, layout, tr, prune=True)
         if ev is not None:
             results.append(ev)

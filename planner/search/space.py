@@ -355,11 +355,8 @@ def make_candidate(s: Structure, k: Knobs, training: Training) -> tuple[Layout, 
 
 
 def _layout(s: Structure, k: Knobs) -> Layout:
-    """The Layout of a structure and collapsed knobs. Built without validation: a structure
-    the generator yields passed the world-size cap and pairs its vpp with a schedule that
-    runs it (:func:`schedule_choices`), which is all the Layout validator checks; the fields
-    count as set, as with ``Layout(...)``."""
-    return Layout.model_construct(
+    """The Layout of a structure and collapsed knobs."""
+    return Layout(
         tp=s.tp,
         pp=s.pp,
         dp=s.dp,

@@ -70,8 +70,16 @@ LAYER_LAYOUT_FIELDS = tuple(f for f in Layout.model_fields if f not in NOT_READ_
 # Training fields every stage may read; the global batch enters only through the micro-batch
 # count and the tokens per step.
 LAYER_TRAINING_FIELDS = tuple(f for f in Training.model_fields if f != "global_batch")
-_LAYER_LAYOUT = operator.attrgetter(*LAYER_LAYOUT_FIELDS)
+# of those, what the memory reads (not the TP and EP overlaps)
+MEMORY_LAYOUT_FIELDS = tuple(
+    f for f in LAYER_LAYOUT_FIELDS if f not in ("overlap_tp_comm", "overlap_ep_comm")
+)
+_MEMORY_LAYOUT = operator.attrgetter(*MEMORY_LAYOUT_FIELDS)
+_OVERLAPS = operator.attrgetter("overlap_tp_comm", "overlap_ep_comm")
+# what the memory peak reads beyond the layers: the pipeline, its schedule, DP and ZeRO
+_PEAK_LAYOUT = operator.attrgetter("pp", "vpp", "schedule", "dp", "zero")
 _LAYER_TRAINING = operator.attrgetter(*LAYER_TRAINING_FIELDS)
+_Peak = tuple[dict[str, float], str, float, "Params"]  # memory_peak's GiB, rank, total, params
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +131,11 @@ class _Timed:
 
 @dataclass(slots=True)
 class _Layers:
-    """What one layer-cost key gives every candidate that shares it: the memory first."""
+    """What the memory reads of the layers, for every candidate of one memory key."""
 
     kinds: list[tuple[LayerSpec, float]]
     act_layer: float  # activation bytes per layer and micro-batch
     terms: tuple[float, float]  # activation_terms
-    timed: _Timed | None = None
 
 
 class BatchSimulator:
@@ -153,8 +160,10 @@ class BatchSimulator:
         self._groups: dict[tuple, comms.Groups] = {}
         self._trainings: dict[Training, Training] = {}
         self._layers: dict[tuple, _Layers] = {}
-        self._stacks: dict[tuple, Stack] = {}
+        self._timed_parts: dict[tuple, _Timed] = {}
+        self._peaks: dict[tuple, _Peak] = {}
         self._params: dict[tuple, Params] = {}
+        self._stacks: dict[tuple, Stack] = {}
         self._pp_s: dict[tuple, float] = {}
         self._dp: dict[tuple, DataParallel] = {}
         self._kernels: dict = {}  # layers.layer_costs' shared kernel costs
@@ -207,26 +216,26 @@ class BatchSimulator:
             self._kernels,
         )
 
-    def _layer_part(self, ctx: Context) -> tuple[tuple, _Layers]:
-        """The layer-cost key of ``ctx`` and its memory part."""
-        layout = ctx.layout
-        # the TP, CP and EP groups follow from tp, cp, ep and expert_tp on this cluster
-        key = (_LAYER_LAYOUT(layout), layout.expert_tp, _LAYER_TRAINING(ctx.training))
-        part = self._layers.get(key)
+    def _layer_part(self, mkey: tuple, ctx: Context) -> _Layers:
+        """The memory part of the layers of memory key ``mkey``."""
+        part = self._layers.get(mkey)
         if part is None:
             kinds, act_layer = layer_memory(ctx)
-            terms = activation_terms(ctx, self._stack(key, kinds, act_layer, layout.pp, None))
-            part = self._layers[key] = _Layers(kinds, act_layer, terms)
-        return key, part
+            terms = activation_terms(ctx, self._stack(mkey, kinds, act_layer, ctx.layout.pp, None))
+            part = self._layers[mkey] = _Layers(kinds, act_layer, terms)
+        return part
 
     def _timed(self, key: tuple, part: _Layers, ctx: Context) -> _Timed:
-        """The time part of a layer-cost key, costed on first use."""
-        if part.timed is None:
+        """The time part of the layers of layer-cost key ``key``, costed on first use."""
+        t = self._timed_parts.get(key)
+        if t is None:
             stack = layer_stack(ctx, (part.kinds, part.act_layer))
             edges = edge_costs(ctx, stack)
             emb, head = edge_work(ctx, stack, edges)
-            part.timed = _Timed(stack, edges, emb, head, flops_per_token(ctx, stack))
-        return part.timed
+            t = self._timed_parts[key] = _Timed(
+                stack, edges, emb, head, flops_per_token(ctx, stack)
+            )
+        return t
 
     def _stack(
         self, key: tuple, kinds: list, act_layer: float, pp: int, timed: _Timed | None
@@ -251,22 +260,27 @@ class BatchSimulator:
     ) -> Figures:
         """The candidate's figures; timed unless its peak exceeds ``memory_limit_gib``."""
         layout, training = self._applied(layout, training)
-        ctx = self._context(layout, training)
-        key, part = self._layer_part(ctx)
-        pp = layout.pp
-        stack = self._stack(key, part.kinds, part.act_layer, pp, None)
-        pkey = (key, pp, ctx.both_ends)
-        params = self._params.get(pkey)
-        if params is None:
-            params = self._params[pkey] = params_per_gpu(ctx, stack)
-        mem, stage_name = memory_peak(ctx, stack, params, part.terms)
-        peak = sum(mem.values())
+        # the TP, CP and EP groups follow from tp, cp, ep and expert_tp on this cluster
+        mkey = (_MEMORY_LAYOUT(layout), layout.expert_tp, _LAYER_TRAINING(training))
+        peak_key = (mkey, _PEAK_LAYOUT(layout), training.global_batch)
+        found = self._peaks.get(peak_key)
+        ctx = None
+        if found is None:
+            ctx = self._context(layout, training)
+            found = self._peaks[peak_key] = self._peak(mkey, ctx)
+        mem, stage_name, peak, params = found
         if memory_limit_gib is not None and peak > memory_limit_gib:
-            return self._result(ctx, None, 0.0, None, {}, mem, peak, stage_name)
+            m = pipeline.microbatches_per_step(
+                training.global_batch, training.micro_batch, layout.dp
+            )
+            return self._figures(layout.world_size, m, None, 0.0, {}, found)
+        ctx = ctx or self._context(layout, training)
+        key = (mkey, _OVERLAPS(layout))
+        part = self._layer_part(mkey, ctx)
         t = self._timed(key, part, ctx)
-        stack = self._stack(key, part.kinds, part.act_layer, pp, t)
+        stack = self._stack(key, part.kinds, part.act_layer, layout.pp, t)
         pp_s = self._pp_send(key, ctx)
-        dp = self._dp_traffic(pkey, ctx, stack, params)
+        dp = self._dp_traffic(key, ctx, stack, params)
         ranks = rank_costs(ctx, stack, t.emb, t.head, pp_s, dp)
 
         def plan() -> tuple:
@@ -275,7 +289,20 @@ class BatchSimulator:
 
         steady, bubble, optimizer_s, breakdown = step_times(ctx, ranks, params, dp, plan)
         step = steady + bubble + dp.step + optimizer_s
-        return self._result(ctx, stack, step, t.work, breakdown, mem, peak, stage_name)
+        work = utilisation(ctx, stack, step, t.work)
+        return self._figures(layout.world_size, ctx.microbatches, work, step, breakdown, found)
+
+    def _peak(self, mkey: tuple, ctx: Context) -> _Peak:
+        """The memory peak of ``ctx`` (memory_peak's GiB by category and rank, their sum)
+        and the parameters per GPU it was priced from."""
+        part = self._layer_part(mkey, ctx)
+        stack = self._stack(mkey, part.kinds, part.act_layer, ctx.layout.pp, None)
+        pkey = (mkey, ctx.layout.pp, ctx.both_ends)
+        params = self._params.get(pkey)
+        if params is None:
+            params = self._params[pkey] = params_per_gpu(ctx, stack)
+        mem, stage_name = memory_peak(ctx, stack, params, part.terms)
+        return mem, stage_name, sum(mem.values()), params
 
     def _pp_send(self, key: tuple, ctx: Context) -> float:
         layout = ctx.layout
@@ -285,10 +312,12 @@ class BatchSimulator:
             out = self._pp_s[k] = pp_send_s(ctx)
         return out
 
-    def _dp_traffic(self, pkey: tuple, ctx: Context, stack: Stack, params: Params) -> DataParallel:
+    def _dp_traffic(self, key: tuple, ctx: Context, stack: Stack, params: Params) -> DataParallel:
         layout = ctx.layout
         k = (
-            pkey,
+            key,
+            layout.pp,
+            ctx.both_ends,
             layout.dp,
             layout.zero,
             layout.overlap_dp_grad_reduce,
@@ -301,25 +330,21 @@ class BatchSimulator:
             out = self._dp[k] = dp_traffic(ctx, stack, params)
         return out
 
-    def _result(
+    def _figures(
         self,
-        ctx: Context,
-        stack: Stack | None,
+        gpus: int,
+        microbatches: int,
+        work: tuple[float, float, float, float] | None,
         step: float,
-        work: tuple[float, float] | None,
         breakdown: dict[str, float],
-        mem: dict[str, float],
-        peak: float,
-        stage_name: str,
+        peak: _Peak,
     ) -> Figures:
-        """The Figures of a priced candidate: timed (with its utilisation) when ``stack`` and
-        ``work`` are given, memory only when they are None."""
-        gpus = ctx.layout.world_size
-        mfu = hfu = tps = mf_tok = 0.0
-        if stack is not None and work is not None:
-            mfu, hfu, mf_tok, tps = utilisation(ctx, stack, step, work)
+        """The Figures of a priced candidate: timed when ``work`` (utilisation's MFU %, HFU %,
+        model FLOPs per token, tokens/s) is given, memory only when it is None."""
+        mfu, hfu, mf_tok, tps = work or (0.0, 0.0, 0.0, 0.0)
+        mem, stage_name, total, _ = peak
         return Figures(
-            stack is not None,
+            work is not None,
             step,
             tps,
             tps / gpus,
@@ -327,12 +352,12 @@ class BatchSimulator:
             hfu,
             mf_tok,
             gpus,
-            ctx.microbatches,
+            microbatches,
             breakdown,
             mem,
-            peak,
+            total,
             stage_name,
             self.usable,
             self.stack.name if self.stack is not None else "",
-            reserved_peak_gib(self.stack, peak) if self.stack is not None else None,
+            reserved_peak_gib(self.stack, total) if self.stack is not None else None,
         )

@@ -34,6 +34,9 @@ from planner.specs.blocks import (
 
 Activation = Literal["gelu", "swiglu", "relu2", "geglu"]
 GATED_ACTIVATIONS = ("swiglu", "geglu")
+# the layer kinds of a model without layer_groups (frozen, so shared by every model)
+DENSE_LAYER = LayerSpec()
+MOE_LAYER = LayerSpec(mlp=MoEMLP())
 
 
 _Frozen = Spec
@@ -157,9 +160,9 @@ class ModelSpec(_Frozen):
         n_moe = self.n_moe_layers
         kinds = []
         if self.layers - n_moe:
-            kinds.append((LayerSpec(), self.layers - n_moe))
+            kinds.append((DENSE_LAYER, self.layers - n_moe))
         if n_moe:
-            kinds.append((LayerSpec(mlp=MoEMLP()), n_moe))
+            kinds.append((MOE_LAYER, n_moe))
         return tuple(kinds)
 
     # ---- derived shapes -------------------------------------------------------------------
