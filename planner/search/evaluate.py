@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ FINITE_FIELDS = (
     "peak_memory_gib",
     "usable_memory_gib",
 )
+_FINITE = operator.attrgetter(*FINITE_FIELDS)
 
 
 OUT_OF_MEMORY = "out of memory (with headroom)"
@@ -140,12 +142,12 @@ class Evaluator:
             return self._reject(f"simulator failed ({type(exc).__name__})")
         if not fig.timed:
             return self._reject(OUT_OF_MEMORY)
-        figures = (
-            *(getattr(fig, f) for f in FINITE_FIELDS),
-            *fig.time_breakdown_s.values(),
-            *fig.memory_breakdown_gib.values(),
-        )
-        if not all(math.isfinite(v) for v in figures):
+        # one sum: a NaN or an infinity among the figures makes it non-finite (and so does an
+        # overflow of their sum, which only figures near 1e308 could reach)
+        total = sum(map(abs, _FINITE(fig)))
+        total += sum(map(abs, fig.time_breakdown_s.values()))
+        total += sum(map(abs, fig.memory_breakdown_gib.values()))
+        if not math.isfinite(total):
             return self._reject("non-finite simulation result")
         if fig.tokens_per_s <= 0:
             return self._reject("no throughput (tokens/s <= 0)")

@@ -364,12 +364,19 @@ def _layout(s: Structure, k: Knobs) -> Layout:
         ep=s.ep,
         vpp=s.vpp if s.vpp > 1 else None,
         schedule=s.schedule,
-        sequence_parallel=k.sequence_parallel,
-        zero=k.zero,
-        overlap_tp_comm=k.overlap_tp_comm,
-        overlap_dp_grad_reduce=k.overlap_dp_grad_reduce,
-        overlap_ep_comm=k.overlap_ep_comm,
+        **_knob_fields(k),
     )
+
+
+def _knob_fields(k: Knobs) -> dict:
+    """The Layout fields of collapsed knobs (as :func:`_layout` sets them)."""
+    return {
+        "sequence_parallel": k.sequence_parallel,
+        "zero": k.zero,
+        "overlap_tp_comm": k.overlap_tp_comm,
+        "overlap_dp_grad_reduce": k.overlap_dp_grad_reduce,
+        "overlap_ep_comm": k.overlap_ep_comm,
+    }
 
 
 def _training(s: Structure, k: Knobs, training: Training) -> Training:
@@ -416,12 +423,16 @@ def legal_layouts(
     }
     trainings: dict[tuple[int, str], Training] = {}
     for s in structures(model, cluster, training, space, deadline):
+        base = _layout(s, knobs[0]) if knobs else None
         for k in distinct[min(s.tp, 2), min(s.ep, 2)]:
             deadline.tick()
             tr = trainings.get((s.micro_batch, k.recompute))
             if tr is None:
                 tr = trainings[s.micro_batch, k.recompute] = _training(s, k, training)
-            layout = _layout(s, k)
+            # the knobs are switches and a ZeRO stage, which the Layout validator does not
+            # read (it checks the world size and the schedule's chunk count, the structure's):
+            # one validated Layout per structure, copied with each knob setting
+            layout = base.model_copy(update=_knob_fields(k))
             key = (s.gpus, layout, tr)
             broken = _broken(KNOB_RULES, Candidate(model, cluster, layout, tr, s.gpus))
             if broken:

@@ -20,6 +20,7 @@ import operator
 from dataclasses import dataclass
 
 from planner.costs import comms, compute, flops, pipeline
+from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
 from planner.schedules import schedule_of
 from planner.simulate.planning import stage_plans
@@ -50,7 +51,7 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
-from planner.stacks import check_stack, reserved_peak_gib, stack_layout, stack_training
+from planner.stacks import reserved_peak_gib, stack_layout, stack_training, stack_violation
 
 # Layout fields the layer costs (planner/simulate/layers.py), the layer activations and the
 # edge costs never read: a layer-cost key leaves them out.
@@ -76,6 +77,11 @@ MEMORY_LAYOUT_FIELDS = tuple(
 )
 _MEMORY_LAYOUT = operator.attrgetter(*MEMORY_LAYOUT_FIELDS)
 _OVERLAPS = operator.attrgetter("overlap_tp_comm", "overlap_ep_comm")
+# what planner.stacks.stack_violation reads of a layout
+_VIOLATION_LAYOUT = operator.attrgetter(
+    "tp", "sequence_parallel", "pp", "cp", "ep", "overlap_tp_comm", "zero", "schedule", "vpp"
+)
+_UNKNOWN = object()
 # what the memory peak reads beyond the layers: the pipeline, its schedule, DP and ZeRO
 _PEAK_LAYOUT = operator.attrgetter("pp", "vpp", "schedule", "dp", "zero")
 _LAYER_TRAINING = operator.attrgetter(*LAYER_TRAINING_FIELDS)
@@ -159,6 +165,7 @@ class BatchSimulator:
         self._devices: dict[tuple, compute.Device] = {}
         self._groups: dict[tuple, comms.Groups] = {}
         self._trainings: dict[Training, Training] = {}
+        self._violations: dict[tuple, PlannerError | None] = {}
         self._layers: dict[tuple, _Layers] = {}
         self._timed_parts: dict[tuple, _Timed] = {}
         self._peaks: dict[tuple, _Peak] = {}
@@ -166,7 +173,7 @@ class BatchSimulator:
         self._stacks: dict[tuple, Stack] = {}
         self._pp_s: dict[tuple, float] = {}
         self._dp: dict[tuple, DataParallel] = {}
-        self._kernels: dict = {}  # layers.layer_costs' shared kernel costs
+        self._shared: dict = {}  # kernel costs and collectives shared between layouts (layers, stages)
 
     # ---- the shared stages ---------------------------------------------------------------
     def _applied(self, layout: Layout, training: Training) -> tuple[Layout, Training]:
@@ -179,7 +186,13 @@ class BatchSimulator:
         if tr is None:
             tr = self._trainings[training] = stack_training(stack, self.model, training)
         layout = stack_layout(stack, layout)
-        check_stack(stack, layout, tr)
+        # what stack_violation reads, so each distinct answer is found once
+        vkey = (_VIOLATION_LAYOUT(layout), tr.recompute, tr.precision)
+        err = self._violations.get(vkey, _UNKNOWN)
+        if err is _UNKNOWN:
+            err = self._violations[vkey] = stack_violation(stack, layout, tr)
+        if err is not None:
+            raise err.with_traceback(None)  # one error object, raised afresh each time
         return layout, tr
 
     def _context(self, layout: Layout, training: Training) -> Context:
@@ -213,7 +226,7 @@ class BatchSimulator:
             flops.tokens_per_gpu(layout, training),
             layout.virtual_stages,
             schedule_of(layout),
-            self._kernels,
+            self._shared,
         )
 
     def _layer_part(self, mkey: tuple, ctx: Context) -> _Layers:

@@ -285,6 +285,20 @@ class DataParallel:
     raw_step: float
 
 
+def shared_collective_s(
+    ctx: Context, kind: comms.Collective, nbytes: float, group: comms.Placement
+) -> float:
+    """``comms.collective_time_s`` on ``ctx``'s fabric, kept in ``ctx.shared`` when the
+    context has one (layouts of one search share their collectives)."""
+    if ctx.shared is None:
+        return comms.collective_time_s(kind, nbytes, group, ctx.fabric)
+    key = (kind, nbytes, group)
+    out = ctx.shared.get(key)
+    if out is None:
+        out = ctx.shared[key] = comms.collective_time_s(kind, nbytes, group, ctx.fabric)
+    return out
+
+
 def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     """Gradient reduction and parameter gathers over DP x CP (experts over their group)."""
     layout, training, fabric, m = ctx.layout, ctx.training, ctx.fabric, ctx.microbatches
@@ -300,10 +314,10 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     def coll(kind: comms.Collective, nbytes_per_param: float, units: float = 1.0) -> float:
         """One of ``units`` equal collectives over the stage's parameters (dense over DP x
         CP, experts over their DP group)."""
-        return comms.collective_time_s(
-            kind, dense_p * nbytes_per_param / units, dp_group, fabric
-        ) + comms.collective_time_s(
-            kind, params.stage_experts * nbytes_per_param / units, edp_group, fabric
+        return shared_collective_s(
+            ctx, kind, dense_p * nbytes_per_param / units, dp_group
+        ) + shared_collective_s(
+            ctx, kind, params.stage_experts * nbytes_per_param / units, edp_group
         )
 
     bucket_frac = min(1.0, DP_BUCKET_PARAMS / max(params.local, 1.0))
