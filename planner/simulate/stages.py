@@ -7,7 +7,9 @@ holds, the data-parallel traffic, and the per-micro-batch seconds of every rank 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from planner.costs import comms, compute, elementwise, flops, memory, pipeline
 from planner.profile import CalibrationProfile
@@ -23,6 +25,8 @@ from planner.specs.blocks import LayerSpec
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
+
+T = TypeVar("T")
 
 # Megatron-Core DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot overlap.
 DP_BUCKET_PARAMS = 40e6
@@ -244,7 +248,11 @@ def params_per_gpu(ctx: Context, stack: Stack) -> Params:
     stage_layers = float(stack.layer_max)
     dense_layer_params = expert_layer_params = 0.0  # per GPU, averaged over the stack
     for layer, w in stack.kinds:
-        dense_k, expert_k = layer_params_per_gpu(model, layer, layout)
+        dense_k, expert_k = shared_value(
+            ctx,
+            ("layer_params", layer, layout.tp, layout.ep, layout.expert_tp),
+            lambda layer=layer: layer_params_per_gpu(model, layer, layout),
+        )
         dense_layer_params += w * dense_k
         expert_layer_params += w * expert_k
     emb_params = model.vocab * model.hidden / layout.tp
@@ -285,18 +293,26 @@ class DataParallel:
     raw_step: float
 
 
+def shared_value(ctx: Context, key: tuple, compute: Callable[[], T]) -> T:
+    """``compute()``, kept under ``key`` in ``ctx.shared`` when the context has one (the
+    layouts of one search share such pure results: planner/simulate/batch.py)."""
+    if ctx.shared is None:
+        return compute()
+    out = ctx.shared.get(key)
+    if out is None:
+        out = ctx.shared[key] = compute()
+    return out
+
+
 def shared_collective_s(
     ctx: Context, kind: comms.Collective, nbytes: float, group: comms.Placement
 ) -> float:
-    """``comms.collective_time_s`` on ``ctx``'s fabric, kept in ``ctx.shared`` when the
-    context has one (layouts of one search share their collectives)."""
-    if ctx.shared is None:
-        return comms.collective_time_s(kind, nbytes, group, ctx.fabric)
-    key = (kind, nbytes, group)
-    out = ctx.shared.get(key)
-    if out is None:
-        out = ctx.shared[key] = comms.collective_time_s(kind, nbytes, group, ctx.fabric)
-    return out
+    """``comms.collective_time_s`` on ``ctx``'s fabric (shared, :func:`shared_value`)."""
+    return shared_value(
+        ctx,
+        ("collective", kind, nbytes, group),
+        lambda: comms.collective_time_s(kind, nbytes, group, ctx.fabric),
+    )
 
 
 def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
