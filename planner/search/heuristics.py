@@ -4,8 +4,9 @@ The rules follow common Megatron-LM practice: shard the model as little as possi
 model-parallel degree tp*pp whose weights, gradients and optimizer state fit in HBM, tensor
 parallelism inside the scale-up domain preferred over pipeline stages), selective recompute,
 ZeRO-1 (distributed optimizer), sequence parallelism and TP communication overlap whenever
-tp > 1, micro-batch 1. A few neighbours of that base (tp x2, pp x2, full recompute, micro-batch 2)
-give the sampler more than one good starting point.
+tp > 1, micro-batch 1. A few neighbours of that base (tp x2, pp x2, cp x2 where the space has
+context parallelism, i.e. for long sequences, whose activations the state estimate leaves out;
+full recompute; micro-batch 2) give the sampler more than one good starting point.
 
 Every returned structure comes from :func:`planner.search.space.structures`, so it is legal, and
 every knob value comes from the space's own domains.
@@ -114,9 +115,9 @@ def heuristic_candidates(
     """Up to ``k`` distinct rule-of-thumb (structure, knobs) pairs, best guess first.
 
     For each GPU count in the space: the Megatron-style base layout, then its neighbours (tp x2,
-    pp x2, full recompute, micro-batch 2) where those are legal. With several GPU counts the bases
-    come first, largest count first. ``legal``: the structures of this problem when the caller
-    already enumerated them (else they are enumerated here).
+    pp x2, cp x2, full recompute, micro-batch 2) where those are legal. With several GPU counts
+    the bases come first, largest count first. ``legal``: the structures of this problem when
+    the caller already enumerated them (else they are enumerated here).
     """
     structs = (
         list(legal) if legal is not None else list(structures(model, cluster, training, space))
@@ -129,14 +130,15 @@ def heuristic_candidates(
         if base is None:
             continue
         bases.append((base, _knobs(space, base.tp)))
-        for tp, pp, mb, rc in (
-            (base.tp * 2, base.pp, base.micro_batch, "selective"),
-            (base.tp, base.pp * 2, base.micro_batch, "selective"),
-            (base.tp, base.pp, base.micro_batch, "full"),
-            (base.tp, base.pp, 2 * base.micro_batch, "selective"),
+        for tp, cp, pp, mb, rc in (
+            (base.tp * 2, base.cp, base.pp, base.micro_batch, "selective"),
+            (base.tp, base.cp, base.pp * 2, base.micro_batch, "selective"),
+            (base.tp, base.cp * 2, base.pp, base.micro_batch, "selective"),
+            (base.tp, base.cp, base.pp, base.micro_batch, "full"),
+            (base.tp, base.cp, base.pp, 2 * base.micro_batch, "selective"),
         ):
-            dp = gpus // (tp * base.cp * pp) if gpus % (tp * base.cp * pp) == 0 else 0
-            cand = replace(base, tp=tp, pp=pp, dp=dp, micro_batch=mb)
+            dp = gpus // (tp * cp * pp) if gpus % (tp * cp * pp) == 0 else 0
+            cand = replace(base, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=mb)
             if cand in index:
                 neighbours.append((cand, _knobs(space, tp, rc)))
     out: list[tuple[Structure, Knobs]] = []

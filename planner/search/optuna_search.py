@@ -3,9 +3,14 @@
 Each trial suggests the structure in an encoded numeric space (log2 of tp, cp, pp, vpp, ep,
 micro-batch and GPU count; integer exponents where every legal value is a power of two, else a
 float log2) plus the knobs as categoricals (and the pipeline schedule, a categorical over the
-``Structure.schedule`` values of the legal structures, when there are several), then *repairs* the point to the nearest legal
-structure (weighted L1 distance in the encoded space, plus SCHEDULE_WEIGHT when the schedule differs), so every simulated layout is legal. The
-objective is the evaluator's score (maximised); memory feasibility is a soft constraint
+``Structure.schedule`` values of the legal structures, when there are several), then *repairs*
+the point to the nearest legal candidate that no finished trial holds yet (weighted L1
+distance in the encoded space, the implied dp = gpus / (tp * cp * pp) included, plus a step per
+knob or schedule change; planner/search/optuna_encoding.py), so every simulated layout is legal
+and a trial is not spent on a known one. The study starts from rule-of-thumb layouts
+(planner/search/heuristics.py), and after every trial the sampler proposed a local step
+(:class:`LocalSteps`) tries the nearest unexplored neighbour of the best trial. The objective
+is the evaluator's score (maximised); memory feasibility is a soft constraint
 ``memory_over_gib`` = peak - limit (GiB, <= 0 feasible) set with ``Trial.set_constraint``.
 
 A study may live in memory, in an RDB or in a journal file (planner/search/optuna_storage.py);
@@ -38,7 +43,14 @@ from planner.search.optuna_encoding import KNOB_AXES as KNOB_AXES
 from planner.search.optuna_encoding import MAX_STRUCTURES as MAX_STRUCTURES
 from planner.search.optuna_encoding import SCHEDULE_PARAM as SCHEDULE_PARAM
 from planner.search.optuna_encoding import SCHEDULE_WEIGHT as SCHEDULE_WEIGHT
-from planner.search.optuna_encoding import Encoding, legal_structures
+from planner.search.optuna_encoding import (
+    Encoding,
+    Explored,
+    candidate_attr,
+    candidate_from_attr,
+    legal_structures,
+    structure_of,
+)
 from planner.search.optuna_storage import (
     FINISHED,
     StorageSpec,
@@ -50,7 +62,7 @@ from planner.search.optuna_storage import (
     open_study,
     storage_spec,
 )
-from planner.search.space import SearchSpace, Structure, repaired_candidate
+from planner.search.space import SearchSpace, Structure
 from planner.specs.layout import Layout, Training
 
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
@@ -58,27 +70,14 @@ DEFAULT_STUDY = "planner-search"
 MAX_SEED = 2**32 - 1  # numpy's RandomState, behind every Optuna sampler
 CONSTRAINT = "memory_over_gib"
 WARM_START = 5  # heuristic layouts enqueued before the sampler takes over
+# how far a local step may go from its centre, in the encoded distance of optuna_encoding: one
+# step of tp, cp or pp (dp follows), a factor of two moved between two of them, one step of
+# ep, or two steps of vpp, micro-batch, schedule and knobs
+LOCAL_RADIUS = 2.0
+LOCAL_OVER = 3  # trials over the memory limit that local steps may start from
 
 
 # ---- candidates stored in trials --------------------------------------------------------------
-
-
-def _candidate_attr(gpus: int, layout: Layout, training: Training) -> dict[str, Any]:
-    """The JSON-able record of one evaluated candidate kept in a trial's user attrs."""
-    return {
-        "gpus": gpus,
-        "layout": layout.model_dump(mode="json"),
-        "micro_batch": training.micro_batch,
-        "recompute": training.recompute,
-    }
-
-
-def _candidate_from_attr(attr: dict[str, Any], training: Training) -> tuple[int, Layout, Training]:
-    layout = Layout.model_validate(attr["layout"])
-    tr = training.model_copy(
-        update={"micro_batch": attr["micro_batch"], "recompute": attr["recompute"]}
-    )
-    return int(attr["gpus"]), layout, tr
 
 
 def _rank(results: Sequence[Evaluated]) -> list[Evaluated]:
@@ -98,7 +97,7 @@ def _collect(
         attr = t.user_attrs.get("candidate")
         if attr is None:
             continue
-        key = _candidate_from_attr(attr, training)
+        key = candidate_from_attr(attr, training)
         if key not in seen:
             seen[key] = evaluator(*key)
     return _rank([e for e in seen.values() if e is not None]), len(complete)
@@ -110,8 +109,12 @@ def _collect(
 class LayoutObjective:
     """Suggest, repair, evaluate, record. ``rank``: the worker that runs it (0 in-process).
 
-    A candidate the evaluator rejects ends its trial PRUNED: it counts towards the trial budget
-    (so a space of rejected candidates cannot loop forever) but is never returned."""
+    The repair goes to the nearest legal candidate that no finished trial of the study holds
+    yet (:meth:`Explored.novel`; the nearest known one only when MAX_PROBES candidates are all
+    known): TPE keeps proposing points near its best ones, and each such proposal becomes an
+    unexplored neighbour instead of a repeat. A candidate the evaluator rejects ends its trial
+    PRUNED: it counts towards the trial budget (so a space of rejected candidates cannot loop
+    forever) but is never returned."""
 
     def __init__(
         self, enc: Encoding, evaluator: Evaluator, training: Training, rank: int = 0
@@ -120,23 +123,24 @@ class LayoutObjective:
         self.evaluator = evaluator
         self.training = training
         self.rank = rank
-        self.duplicates = 0  # trials whose candidate this process had already evaluated
+        self.duplicates = 0  # trials whose candidate a finished trial of the study already held
         self.host = socket.gethostname()
+        self.explored = Explored(enc, evaluator.model, evaluator.cluster, training)
 
     def __call__(self, trial: Trial) -> float:
         # host and pid first: they identify the trial's process if it is killed (orphans)
         trial.set_user_attr("host", self.host)
         trial.set_user_attr("pid", os.getpid())
         trial.set_user_attr("worker", self.rank)
+        self.explored.sync(trial.study)
         x, knobs = self.enc.suggest(trial)
-        s = self.enc.repair(x)
-        layout, tr = repaired_candidate(
-            self.evaluator.model, self.evaluator.cluster, s, knobs, self.training
-        )
-        duplicate = (s.gpus, layout, tr) in self.evaluator.cache
+        found = self.explored.novel(x, knobs)
+        key = found[2] if found else self.explored.candidate(self.enc.repair(x), knobs)
+        duplicate = key in self.explored.known
         self.duplicates += duplicate
-        ev = self.evaluator(s.gpus, layout, tr)
-        trial.set_user_attr("candidate", _candidate_attr(s.gpus, layout, tr))
+        self.explored.known.add(key)
+        ev = self.evaluator(*key)
+        trial.set_user_attr("candidate", candidate_attr(*key))
         trial.set_user_attr("duplicate", duplicate)
         if ev is None:  # the simulator refused it (counted in evaluator.infeasible)
             raise optuna.TrialPruned("candidate rejected by the simulator")
@@ -145,6 +149,59 @@ class LayoutObjective:
         trial.set_user_attr("peak_memory_gib", ev.report.peak_memory_gib)
         trial.set_constraint(CONSTRAINT, ev.report.peak_memory_gib - limit)
         return ev.score
+
+
+class LocalSteps:
+    """A study callback that alternates the sampler with local steps: after each trial the
+    sampler proposed, it enqueues the nearest candidate no trial holds yet within LOCAL_RADIUS
+    of a centre (one step of one axis of the encoding, a factor of two moved between two of
+    tp, cp, pp and dp, or two lighter steps). The centres, in order: the best feasible trial,
+    then up to LOCAL_OVER trials that score higher but exceed the memory limit, the least over
+    first (the optimum usually sits at the memory limit, between the two). No step is taken
+    while no trial is feasible, or when every centre's neighbourhood is explored.
+
+    TPE, given its best trials, samples the values they share and rarely tries another value
+    of an axis on which they agree (a second CP degree, another ZeRO stage); the local steps
+    try those one at a time. Each step is a function of the study's trials, so a seeded
+    search with one worker stays reproducible."""
+
+    def __init__(self, explored: Explored, trials: int) -> None:
+        self.explored = explored
+        self.trials = trials
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.state not in FINISHED or "origin" in trial.user_attrs:
+            return  # enqueued (a warm start or a local step): the sampler's turn comes next
+        if finished_trials(study) >= self.trials:
+            return
+        self.explored.sync(study)
+        enc = self.explored.enc
+        for attr in _centres(study):
+            s, k = structure_of(candidate_from_attr(attr, self.explored.training))
+            found = self.explored.novel(enc.point(s), k, LOCAL_RADIUS)
+            if found is not None:
+                params = enc.params(found[0], found[1])
+                study.enqueue_trial(params, user_attrs={"origin": "local"}, skip_if_exists=True)
+                return
+
+
+def _centres(study: optuna.Study) -> list[dict[str, Any]]:
+    """The candidates local steps start from (see :class:`LocalSteps`), in order."""
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if "candidate" in t.user_attrs
+    ]
+    over = {t.number: max(t.constraints.values(), default=0.0) for t in done}
+    feasible = [t for t in done if over[t.number] <= 0]
+    if not feasible:
+        return []
+    best = max(feasible, key=lambda t: (t.values[0], -t.number))
+    above = sorted(
+        (t for t in done if over[t.number] > 0 and t.values[0] > best.values[0]),
+        key=lambda t: (over[t.number], t.number),
+    )
+    return [t.user_attrs["candidate"] for t in [best, *above[:LOCAL_OVER]]]
 
 
 # ---- samplers and storages --------------------------------------------------------------------
@@ -304,7 +361,9 @@ def _warm_start(
         legal=structs,
     )
     for s, k in warm:
-        study.enqueue_trial(enc.params(s, k), skip_if_exists=True)
+        study.enqueue_trial(
+            enc.params(s, k), user_attrs={"origin": "heuristic"}, skip_if_exists=True
+        )
 
 
 def _optimize_in_workers(
@@ -404,8 +463,9 @@ def _optimize_here(
         deadline.check()
 
     fn = LayoutObjective(enc, evaluator, training)
+    local = LocalSteps(fn.explored, trials)
     while counter[0] < trials:
-        study.optimize(fn, n_trials=trials - counter[0], callbacks=[after])
+        study.optimize(fn, n_trials=trials - counter[0], callbacks=[after, local])
 
 
 # ---- command line: one worker on a shared study (planner/search/optuna_workers.py) -----------

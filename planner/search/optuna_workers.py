@@ -28,6 +28,7 @@ from planner.search.optuna_search import (
     SAMPLERS,
     Encoding,
     LayoutObjective,
+    LocalSteps,
     check_seed,
     legal_structures,
     make_sampler,
@@ -118,9 +119,10 @@ def run_worker(cfg: WorkerConfig) -> int:
     study = open_study(storage, cfg.study_name, make_sampler(cfg.sampler, cfg.seed, cfg.trials))
     check_fingerprint(study, fingerprint(evaluator, training, space), str(cfg.storage[1]))
     fn = LayoutObjective(enc, evaluator, training, cfg.rank)
+    local = LocalSteps(fn.explored, cfg.trials)
     ran = 0
     while ran == 0 or finished_trials(study) < cfg.trials:
-        study.optimize(fn, n_trials=1)
+        study.optimize(fn, n_trials=1, callbacks=[local])
         ran += 1
     return ran
 
