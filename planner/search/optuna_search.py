@@ -144,10 +144,10 @@ class LayoutObjective:
         trial.set_user_attr("duplicate", duplicate)
         if ev is None:  # the simulator refused it (counted in evaluator.infeasible)
             raise optuna.TrialPruned("candidate rejected by the simulator")
-        limit = ev.report.usable_memory_gib * (1.0 - self.evaluator.memory_headroom)
-        trial.set_user_attr("tokens_per_s", ev.report.tokens_per_s)
-        trial.set_user_attr("peak_memory_gib", ev.report.peak_memory_gib)
-        trial.set_constraint(CONSTRAINT, ev.report.peak_memory_gib - limit)
+        limit = ev.figures.usable_memory_gib * (1.0 - self.evaluator.memory_headroom)
+        trial.set_user_attr("tokens_per_s", ev.figures.tokens_per_s)
+        trial.set_user_attr("peak_memory_gib", ev.figures.peak_memory_gib)
+        trial.set_constraint(CONSTRAINT, ev.figures.peak_memory_gib - limit)
         return ev.score
 
 
