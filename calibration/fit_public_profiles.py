@@ -17,7 +17,8 @@ their sources so the fit is reproducible from this repository alone. No validati
   A100 234.89 of 300, H200 ring 367.2 of 450, B200 ring-only 682.2 of 900, MI300X 312.9 of 448);
   NIC efficiency 47/50 from the NVIDIA maintainer's "46-48 GB/s per NDR NIC" (nccl-tests #290);
   hierarchical overlap fitted to the 4-node B200 all-reduce (4 GiB: 22.05 ms, 1 node 740.64
-  GB/s busbw); NCCL base latency 8.4 us (tuning.cc baseLat Ring/Simple).
+  GB/s busbw); NCCL base latency 8.4 us (tuning.cc baseLat Ring/Simple); on A100 the
+  nccl-tests all_reduce busbw over message size (32 KiB to 16 GiB), the in-domain size curve.
 * In-training parameters (sustained_fraction, overlap_contention, host op_us): the three
   global numbers fitted by calibration/fit_global.py on the public validation set (see docs/validation.md).
 * Memory-bound kernels: 0.85 of HBM peak, the low end of the 85-92% streaming ceiling noted in
@@ -90,6 +91,20 @@ FA3_FWD_16K, FA3_BWD_16K, H100_PEAK = 616.0, 561.0, 989.0
 # FlashAttention-2 on H100 (FA3 paper baseline column): fwd causal d128 335, bwd d128 322 at 16k
 FA2_H100_FWD_16K, FA2_H100_BWD_16K = 335.0, 322.0
 BLACKWELL_ATTN_SPEEDUP = 1.88  # FA4 on B200 / FA3 on H200, attention fwd+bwd at 8k
+# A100 SXM 8-GPU node, nccl-tests all_reduce_perf busbw (GB/s) over message size
+# (ml-engineering network/README.md "Real network throughput"; hardware.md B4): the measured
+# in-domain bandwidth-over-size curve of the A100 profiles, as fractions of the 16 GiB busbw.
+# Hopper and Blackwell have no ring-only curve measured at mid sizes (the H200 table runs NVLS,
+# which outruns the ring from 2 MiB): their profiles keep the alpha-beta model.
+A100_ALLREDUCE_BUSBW = (
+    (2**15, 1.31), (2**16, 2.45), (2**17, 4.43), (2**18, 7.47), (2**19, 11.41),
+    (2**20, 18.00), (2**21, 36.18), (2**22, 72.33), (2**23, 109.93), (2**24, 106.16),
+    (2**25, 138.49), (2**26, 171.54), (2**27, 176.92), (2**28, 194.07), (2**29, 222.72),
+    (2**30, 229.04), (2**31, 231.41), (2**32, 233.88), (2**33, 234.61), (2**34, 234.89),
+)  # fmt: skip
+SIZE_CURVES = {
+    "a100": tuple((float(b), round(bw / 234.89, 4)) for b, bw in A100_ALLREDUCE_BUSBW),
+}
 # Ring all-reduce busbw / NVLink spec at 16 GiB (hardware.md B4)
 SCALE_UP_ETA = {
     "a100": 234.89 / 300,
@@ -236,6 +251,7 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
             scale_up_eta=round(SCALE_UP_ETA[fam], 4),
             scale_out_eta=NIC_ETA,
             base_latency_us=NCCL_BASE_LATENCY_US,
+            size_curve=SIZE_CURVES.get(fam, ()),
             hierarchical_overlap=round(overlap, 4),
             overlap_contention=glob["overlap_contention"],
         ),

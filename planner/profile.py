@@ -94,6 +94,14 @@ class MemoryEfficiency(_Frozen):
     fixed_us: float = Field(ge=0, le=MAX_LATENCY_US, description="per-kernel launch overhead, us")
 
 
+# one point of a measured bandwidth-over-size curve: (message bytes, fraction of the
+# large-message bus bandwidth)
+SizePoint = tuple[
+    Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=1e15)],
+    Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=1.2)],
+]
+
+
 class CommEfficiency(_Frozen):
     """Collectives: achieved bus bandwidth over the link spec, and NCCL base latency."""
 
@@ -112,6 +120,20 @@ class CommEfficiency(_Frozen):
         description="share of overlapped communication time still paid by compute (NCCL "
         "kernels take SMs and HBM bandwidth); fitted globally by calibration/fit_global.py",
     )
+    size_curve: tuple[SizePoint, ...] = Field(
+        default=(),
+        max_length=64,
+        description="measured all-reduce bus bandwidth inside one scale-up domain over message "
+        "size, as (bytes, fraction of the large-message bus bandwidth), bytes increasing; "
+        "empty: the alpha-beta model at every size (planner/costs/comms.py)",
+    )
+
+    @model_validator(mode="after")
+    def _curve_increasing(self) -> CommEfficiency:
+        sizes = [p[0] for p in self.size_curve]
+        if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+            raise ValueError("size_curve: message sizes must increase")
+        return self
 
 
 class HostOverhead(_Frozen):

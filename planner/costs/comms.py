@@ -9,6 +9,10 @@ all-reduce moves 2(n-1)/n of the buffer per rank, all-gather / reduce-scatter / 
 A group that spans domains runs hierarchically (intra-domain phase on NVLink, inter-domain phase
 on the NIC carrying 1/per_domain of the buffer; ml-engineering "Inter-node speed depends on
 intra-node speed"; jax-ml scaling-book gpus.md), the two phases partly pipelined.
+Inside one domain, where the profile holds a measured bus-bandwidth-over-size curve (nccl-tests
+all_reduce_perf; ``CommEfficiency.size_curve``), a collective takes the curve's time at its
+message size (between about 1 and 256 MiB NCCL stays well below the large-message bandwidth:
+A100, 16 MiB, 106 of 235 GB/s), and never less than the alpha-beta time.
 Latency follows NCCL's model (src/graph/tuning.cc, via shared/reference/hardware.md B6(a)): a
 base latency plus a per-step hardware latency. All-reduce across domains runs as a tree (ring
 steps inside a domain, 2 log2 k tree steps across); all-gather and reduce-scatter run as rings
@@ -55,6 +59,8 @@ class Fabric:
     overlap_contention: float = 0.0
     # measured (op, ranks) -> (latency s, bus bandwidth B/s), used for groups inside a domain
     measured: tuple[tuple[str, int, float, float], ...] = ()
+    # measured in-domain bus bandwidth over message size: (log2 bytes, fraction) points
+    size_curve: tuple[tuple[float, float], ...] = ()
 
 
 def make_fabric(cluster: Cluster, profile: CalibrationProfile) -> Fabric:
@@ -73,7 +79,21 @@ def make_fabric(cluster: Cluster, profile: CalibrationProfile) -> Fabric:
             (c.op, c.ranks, c.latency_us * 1e-6, c.bus_bandwidth_gb_per_s * 1e9)
             for c in profile.collectives
         ),
+        size_curve=tuple((math.log2(b), f) for b, f in profile.comm.size_curve),
     )
+
+
+def size_fraction(buffer_bytes: float, fabric: Fabric) -> float:
+    """The measured in-domain bus bandwidth at ``buffer_bytes`` as a fraction of the
+    large-message one: the curve interpolated in log2(bytes), its end values beyond it."""
+    curve = fabric.size_curve
+    x = math.log2(buffer_bytes)
+    if x <= curve[0][0]:
+        return curve[0][1]
+    for (x0, f0), (x1, f1) in zip(curve, curve[1:], strict=False):
+        if x <= x1:
+            return f0 + (f1 - f0) * (x - x0) / (x1 - x0)
+    return curve[-1][1]
 
 
 def _measured_fit(kind: str, n: int, fabric: Fabric) -> tuple[float, float] | None:
@@ -149,7 +169,12 @@ def collective_time_s(
     intra = _factor(kind, g) * buffer_bytes / fabric.up_bytes_per_s
     intra_lat = _steps(kind, g) * fabric.up_latency_s if g > 1 else 0.0
     if k == 1:
-        return fabric.base_latency_s + intra_lat + intra
+        alpha_beta = fabric.base_latency_s + intra_lat + intra
+        if not fabric.size_curve:
+            return alpha_beta
+        # the measured curve: NCCL's protocol and chunk pipeline below the large-message
+        # bandwidth (its latency included), never faster than the alpha-beta bound
+        return max(alpha_beta, intra / size_fraction(buffer_bytes, fabric))
     inter = _factor(kind, k) * (buffer_bytes / g) / fabric.out_bytes_per_s
     if kind == "all_reduce":  # NCCL's tree across domains: log latency
         inter_lat = 2 * math.log2(k) * fabric.out_latency_s
