@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_run import one_line_error
 
 from planner.cli import main
 from planner.resources import shipped_cases
@@ -45,17 +46,6 @@ def _simulate_8(model: str) -> list[str]:
         "--global-batch",
         "8",
     ]
-
-
-def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run argv, assert exit status 2 and a single stderr line; return that line."""
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in captured.err
-    return lines[0]
 
 
 def test_simulate_readme_example_prints_tables(capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,17 +104,17 @@ def test_dp_derived_and_explicit_agree(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_dp_not_derivable(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _error(capsys, [*SMALL, "--gpus", "12", "--tp", "8", "--global-batch", "64"])
+    line = one_line_error(capsys, [*SMALL, "--gpus", "12", "--tp", "8", "--global-batch", "64"])
     assert "layout.dp" in line
 
 
 def test_tp_not_dividing_heads(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _error(capsys, [*SMALL, "--gpus", "24", "--tp", "3", "--global-batch", "64"])
+    line = one_line_error(capsys, [*SMALL, "--gpus", "24", "--tp", "3", "--global-batch", "64"])
     assert "layout.tp" in line
 
 
 def test_gpus_not_product_of_layout(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _error(
+    line = one_line_error(
         capsys, [*SMALL, "--gpus", "64", "--tp", "8", "--dp", "4", "--global-batch", "64"]
     )
     assert "layout" in line and "gpus = 64" in line
@@ -132,12 +122,12 @@ def test_gpus_not_product_of_layout(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("batch", [["--global-batch", "-8"], ["--global-batch=-8"]])
 def test_negative_global_batch(capsys: pytest.CaptureFixture[str], batch: list[str]) -> None:
-    line = _error(capsys, [*SMALL, "--gpus", "8", *batch])
+    line = one_line_error(capsys, [*SMALL, "--gpus", "8", *batch])
     assert "global_batch" in line
 
 
 def test_unknown_model_lists_valid_ids(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _error(
+    line = one_line_error(
         capsys,
         _simulate_8("no-such-model"),
     )
@@ -147,7 +137,7 @@ def test_unknown_model_lists_valid_ids(capsys: pytest.CaptureFixture[str]) -> No
 def test_malformed_yaml_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("name: broken\nlayers: [1, 2\nhidden: 4096\n")
-    line = _error(
+    line = one_line_error(
         capsys,
         _simulate_8(str(path)),
     )
@@ -161,7 +151,7 @@ def test_model_yaml_missing_field(tmp_path: Path, capsys: pytest.CaptureFixture[
     del spec["hidden"]
     path = tmp_path / "nohidden.yaml"
     path.write_text(yaml.safe_dump(spec))
-    line = _error(
+    line = one_line_error(
         capsys,
         _simulate_8(str(path)),
     )
@@ -169,7 +159,9 @@ def test_model_yaml_missing_field(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_unknown_profile(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _error(capsys, [*SMALL, "--gpus", "8", "--global-batch", "8", "--profile", "nope"])
+    line = one_line_error(
+        capsys, [*SMALL, "--gpus", "8", "--global-batch", "8", "--profile", "nope"]
+    )
     assert "profile" in line
 
 
@@ -218,7 +210,7 @@ def test_validate_table(validation_file: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_validate_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    line = _error(capsys, ["validate", str(tmp_path / "absent.yaml")])
+    line = one_line_error(capsys, ["validate", str(tmp_path / "absent.yaml")])
     assert "FILE" in line
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import json
 import tomllib
-from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cli_run import one_line_error, run_json
 
 import planner
 from planner.cli import main
@@ -42,28 +41,11 @@ BASE = [
 ]
 
 
-def _run_json(argv: list[str]) -> dict[str, Any]:
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        assert main(argv) == 0
-    return json.loads(buf.getvalue())
-
-
-def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run argv, assert exit status 2 and one stderr line; return that line."""
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("error: ")
-    return lines[0]
-
-
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     """One exhaustive search with --pareto and --export-dir, shared by the tests below."""
     out = tmp_path_factory.mktemp("exports")
-    return _run_json([*BASE, "--json", "--pareto", "--export-dir", str(out)]), out
+    return run_json([*BASE, "--json", "--pareto", "--export-dir", str(out)]), out
 
 
 def test_json_best_is_the_max_of_a_sorted_top(searched: tuple[dict[str, Any], Path]) -> None:
@@ -163,7 +145,7 @@ def test_table_output_explains_the_winner(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_cost_over_a_gpu_range_prefers_cheap_tokens() -> None:
-    data = _run_json([*BASE, "--gpus", "8", "--gpus-max", "32", "--objective", "cost", "--json"])
+    data = run_json([*BASE, "--gpus", "8", "--gpus-max", "32", "--objective", "cost", "--json"])
     assert {t["gpus"] for t in data["top"]} <= {8, 16, 32}
     scores = [t["score"] for t in data["top"]]
     assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
@@ -180,14 +162,14 @@ def test_gpu_counts() -> None:
 
 def test_cost_on_a_cluster_without_price(capsys: pytest.CaptureFixture[str]) -> None:
     argv = [*BASE, "--cluster", "dgx-a100-40gb", "--objective", "cost"]
-    assert "error: objective:" in _error(capsys, argv)
+    assert "error: objective:" in one_line_error(capsys, argv)
 
 
 def test_time_to_train_needs_tokens(capsys: pytest.CaptureFixture[str]) -> None:
-    assert "tokens" in _error(capsys, [*BASE, "--objective", "time_to_train"])
+    assert "tokens" in one_line_error(capsys, [*BASE, "--objective", "time_to_train"])
 
 
-def test_unknown_method_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_method_is_an_argparseone_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([*BASE, "--method", "foo"])
     assert exc.value.code == 2
@@ -195,7 +177,7 @@ def test_unknown_method_is_an_argparse_error(capsys: pytest.CaptureFixture[str])
 
 
 def test_no_feasible_layout(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _error(capsys, [*BASE, "--gpus", "3"])
+    line = one_line_error(capsys, [*BASE, "--gpus", "3"])
     assert "no feasible layout" in line and "3 GPUs" in line
 
 
@@ -203,7 +185,7 @@ def test_no_feasible_layout(capsys: pytest.CaptureFixture[str]) -> None:
     ("flag", "value"), [("--top", "0"), ("--memory-headroom", "1.5"), ("--trials", "0")]
 )
 def test_bad_numbers(capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
-    assert flag in _error(capsys, [*BASE, flag, value])
+    assert flag in one_line_error(capsys, [*BASE, flag, value])
 
 
 # ---- exports and layout files ------------------------------------------------------------------
@@ -269,16 +251,16 @@ def test_simulate_layout_without_training_needs_global_batch(
     path = tmp_path / "l.yaml"
     path.write_text("layout: {tp: 2, pp: 1, dp: 4}\n")
     argv = ["simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--layout", str(path)]
-    assert "--global-batch" in _error(capsys, argv)
+    assert "--global-batch" in one_line_error(capsys, argv)
     assert main([*argv, "--global-batch", "32", "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)
     assert sim["gpus"] == 8 and sim["training"]["global_batch"] == 32
-    assert "layout" in _error(capsys, [*argv, "--global-batch", "32", "--gpus", "16"])
+    assert "layout" in one_line_error(capsys, [*argv, "--global-batch", "32", "--gpus", "16"])
 
 
 def test_simulate_without_gpus_or_layout(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--global-batch", "8"]
-    assert "--gpus" in _error(capsys, argv)
+    assert "--gpus" in one_line_error(capsys, argv)
 
 
 def test_cross_entropy_reaches_every_candidate_and_the_export(tmp_path: Path) -> None:
@@ -286,8 +268,8 @@ def test_cross_entropy_reaches_every_candidate_and_the_export(tmp_path: Path) ->
     the fp32 copy, and the chosen loss reaches the best layout and the exported file."""
     small = ["search", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
     small += ["--global-batch", "32", "--method", "exhaustive", "--json", "--top", "3"]
-    copy = _run_json(small)
-    inplace = _run_json([*small, "--cross-entropy", "in_place", "--export-dir", str(tmp_path)])
+    copy = run_json(small)
+    inplace = run_json([*small, "--cross-entropy", "in_place", "--export-dir", str(tmp_path)])
     assert inplace["best"]["score"] >= copy["best"]["score"]
     assert inplace["best"]["training"]["cross_entropy"] == "in_place"
     assert copy["best"]["training"]["cross_entropy"] == "fp32_copy"
@@ -330,7 +312,7 @@ def test_default_schedules_leave_the_ranking_unchanged(
 
 
 def test_all_schedules_on_a_pipelined_problem() -> None:
-    data = _run_json(
+    data = run_json(
         [
             "search",
             "--model",
@@ -362,5 +344,5 @@ def test_summary_lists_the_rules_counts(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_unknown_schedule_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _error(capsys, [*BASE, "--schedules", "1f1b,zb"])
+    line = one_line_error(capsys, [*BASE, "--schedules", "1f1b,zb"])
     assert "--schedules" in line and "'zb'" in line and "dualpipev" in line

@@ -3,12 +3,10 @@ errors naming the flag, the table's batch/seq columns, the JSON rows and the bat
 
 from __future__ import annotations
 
-import io
-import json
-from contextlib import redirect_stdout
 from typing import Any
 
 import pytest
+from cli_run import one_line_error, run_json
 
 import planner
 from planner.cli import main
@@ -18,23 +16,6 @@ from planner.errors import PlannerError
 BASE = ["search", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
 SWEEP = [*BASE, "--global-batch", "8:16", "--seq-len", "1024,2048", "--top", "40"]
 MAX = 16_777_216
-
-
-def _run_json(argv: list[str]) -> dict[str, Any]:
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        assert main(argv) == 0
-    return json.loads(buf.getvalue())
-
-
-def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run argv, assert exit status 2 and one stderr line; return that line."""
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert captured.out == ""
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -78,7 +59,7 @@ def test_bad_sweep_flag_is_one_line_naming_the_flag(
     capsys: pytest.CaptureFixture[str], flag: str, text: str, says: str
 ) -> None:
     argv = [*BASE, "--global-batch", "16", f"{flag}={text}"]
-    line = _error(capsys, argv)
+    line = one_line_error(capsys, argv)
     assert line.startswith(f"error: {flag}: "), line
     assert says in line, line
     assert "(valid: an integer, a comma list (512,1024,2048), a doubling range A:B" in line
@@ -89,7 +70,7 @@ def test_bad_sweep_flag_is_one_line_naming_the_flag(
 
 @pytest.fixture(scope="module")
 def swept() -> dict[str, Any]:
-    return _run_json([*SWEEP, "--method", "exhaustive", "--pareto", "--json"])
+    return run_json([*SWEEP, "--method", "exhaustive", "--pareto", "--json"])
 
 
 def test_json_rows_carry_their_batch_and_sequence(swept: dict[str, Any]) -> None:
@@ -147,7 +128,7 @@ def test_json_pareto_has_the_batch_front(swept: dict[str, Any]) -> None:
 
 
 def test_single_values_keep_the_single_search_output(capsys: pytest.CaptureFixture[str]) -> None:
-    data = _run_json([*BASE, "--global-batch", "16", "--seq-len", "1024", "--pareto", "--json"])
+    data = run_json([*BASE, "--global-batch", "16", "--seq-len", "1024", "--pareto", "--json"])
     assert "sweep" not in data and "tokens_per_s_vs_batch_tokens" not in data["pareto"]
     assert not any("global batch" in n for n in data["notes"])
     assert main([*BASE, "--global-batch", "16", "--seq-len", "1024", "--top", "3"]) == 0
