@@ -49,7 +49,7 @@ DEFAULTS = {
     "est_sp": True,
     "est_overlap_tp": True,
     "est_cuda_graphs": False,
-    "est_in_place_loss": False,
+    "est_loss": "fp32_copy",
     "est_recompute_modules": ["core_attn"],
 }
 

@@ -19,7 +19,7 @@ the frozen specs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import streamlit as st
 
@@ -37,7 +37,7 @@ from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.specs.fields import InputField, input_fields
 from planner.specs.hardware import Cluster
-from planner.specs.layout import Layout, Training
+from planner.specs.layout import CrossEntropy, Layout, Training
 from planner.specs.model import ModelSpec
 
 GOODPUT_OPEN = "est_goodput_open"
@@ -178,14 +178,15 @@ def spec_inputs() -> tuple[int, dict[str, Any], bool]:
         help="kernels replayed from graphs: the host never holds the GPU back "
         "(host overhead 0 instead of the profile's cost per framework op)",
     )
-    in_place_loss = cols[5].checkbox(
-        "in-place loss",
-        key="est_in_place_loss",
-        help="online-softmax cross-entropy that writes the gradient into the logits "
-        "(Transformer Engine; Megatron --cross-entropy-fusion-impl te): logits memory 2 B "
-        "instead of 6 B per element",
+    values["cross_entropy"] = cols[5].selectbox(
+        "loss kernel",
+        get_args(CrossEntropy),
+        key="est_loss",
+        help="fp32_copy: Megatron's vocab-parallel loss keeps an fp32 softmax (6 B per logit); "
+        "in_place: Transformer Engine's online-softmax loss writes the gradient into the logits "
+        "(2 B); fp32_log_softmax: PyTorch F.cross_entropy on an fp32 copy, as torchtitan (12 B "
+        "in backward)",
     )
-    values["cross_entropy"] = "in_place" if in_place_loss else "fp32_copy"
     drawn = {name for row in ROWS for name in row}
     rest = tuple(name for name in fields if name not in drawn)
     if rest:

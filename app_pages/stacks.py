@@ -81,7 +81,7 @@ def _write_stack_inputs() -> None:
     fields = extras.spec_fields()
     for name, value in values.items():
         if name == "cross_entropy":
-            state["est_in_place_loss"] = value == "in_place"
+            state["est_loss"] = value
         elif name in fields:
             state[extras.widget_key(name)] = list(value) if fields[name].kind == "list" else value
     state["est_cuda_graphs"] = False  # the stack's execution mode says it

@@ -241,7 +241,7 @@ def _training_levers(model: ModelSpec, T: Training, L: Layout) -> list[_Candidat
                 _training(T, offload_layers=n),
             )
         )
-    if T.cross_entropy == "fp32_copy":
+    if T.cross_entropy != "in_place":
         out.append(
             _Candidate(
                 "in-place cross-entropy",

@@ -36,6 +36,7 @@ STACK_LAYOUT_FIELDS = (
     "overlap_dp_grad_reduce",
     "overlap_zero3_param_gather",
     "pp_scatter_gather",
+    "zero3_reshard_after_forward",
 )
 STACK_TRAINING_FIELDS = (
     "attention_kernel",
@@ -95,7 +96,8 @@ def training_defaults(
 
 
 def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
-    """Layout fields the stack sets: its overlaps and pipeline scatter/gather."""
+    """Layout fields the stack sets: its overlaps, pipeline scatter/gather and whether FSDP
+    layers stay gathered under a pipeline."""
     o = stack.overlap
     tp_overlap = o.tp_comm == "with_sequence_parallel" and layout.sequence_parallel
     return {
@@ -103,6 +105,7 @@ def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
         "overlap_dp_grad_reduce": o.dp_grad_reduce,
         "overlap_zero3_param_gather": o.zero3_param_gather,
         "pp_scatter_gather": o.pp_scatter_gather and layout.pp > 1,
+        "zero3_reshard_after_forward": not (stack.data_parallel.gathered_with_pp and layout.pp > 1),
     }
 
 

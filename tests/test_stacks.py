@@ -267,3 +267,32 @@ def test_changed_copies_keep_the_stack_s_fields_unset() -> None:
     )
     assert "norm" in t.training.unfused_elementwise and t.training.attention_kernel == "flash2"
     assert Layout(dp=8).with_changes(zero=3).model_fields_set == {"dp", "zero"}
+
+
+def test_torchtitan_fsdp_under_a_pipeline_stays_gathered() -> None:
+    """torchtitan with pp > 1 keeps its FSDP layers gathered and reduces the gradients once
+    after the last backward: more weights and gradients held than when each layer reshards, no
+    per-micro-batch ZeRO-3 traffic; without a pipeline the layers reshard as before."""
+    model = planner.load_model("llama3.1-70b")
+    cluster = planner.load_cluster("dgx-h100")
+    stack = planner.load_stack("torchtitan-compiled")
+    tr = planner.Training(seq_len=8192, global_batch=64, micro_batch=1, recompute="full")
+    piped = planner.Layout(tp=8, pp=4, dp=4, zero=3)
+    kept = planner.simulate(model, cluster, piped, tr, stack=stack)
+    resharded = planner.simulate(
+        model, cluster, piped.with_changes(zero3_reshard_after_forward=True), tr, stack=stack
+    )
+    assert kept.plan is not None and resharded.plan is not None
+    for category in ("weights", "gradients"):
+        assert kept.memory_breakdown_gib[category] > resharded.memory_breakdown_gib[category]
+    assert kept.plan.recipe.dp_per_mb == 0.0 < resharded.plan.recipe.dp_per_mb
+    flat = planner.simulate(model, cluster, planner.Layout(tp=8, dp=8, zero=3), tr, stack=stack)
+    mega = planner.load_stack("megatron-core")
+    assert flat.memory_breakdown_gib["gradients"] < kept.memory_breakdown_gib["gradients"]
+    assert not stack_layout_default(stack, piped) and stack_layout_default(mega, piped)
+
+
+def stack_layout_default(stack, layout) -> bool:  # noqa: ANN001
+    from planner.stacks import layout_defaults
+
+    return layout_defaults(stack, layout)["zero3_reshard_after_forward"]

@@ -152,9 +152,15 @@ def logits_loss_bytes(
     ``fp32_copy``: forward reads the logits, writes an fp32 copy and its fp32 softmax; backward
     reads them again and writes the gradient (2 x (act + 8) B per logit). ``in_place`` (online
     softmax): forward reads the logits once, backward reads them and writes the gradient over
-    them (3 x act B per logit).
+    them (3 x act B per logit). ``fp32_log_softmax`` (PyTorch F.cross_entropy on an fp32 copy):
+    forward reads the logits, writes and reads the copy, writes the log-softmax (act + 12 B);
+    backward writes the dense NLL gradient, reads it with the log-softmax, writes the input
+    gradient, reads it and writes it at the logits' precision (act + 24 B).
     """
-    per_logit = 3.0 * act_bytes if cross_entropy == "in_place" else 2.0 * (act_bytes + 8)
+    per_logit = {
+        "in_place": 3.0 * act_bytes,
+        "fp32_log_softmax": 2.0 * act_bytes + 36.0,
+    }.get(cross_entropy, 2.0 * (act_bytes + 8))
     return tokens * model.vocab / layout.tp * per_logit
 
 

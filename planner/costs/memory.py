@@ -166,11 +166,14 @@ def state_bytes(
     layout: Layout,
     training: Training,
     gathered_params: float = 0.0,
+    unreduced_grad_params: float = 0.0,
 ) -> StateBytes:
     """Model state of one GPU holding ``dense_params`` (sharded over DP x CP by ZeRO) and
     ``expert_params`` (sharded over the expert data-parallel group dp*cp/ep).
 
-    ``gathered_params``: ZeRO-3 working set of unsharded parameters (prefetched layers).
+    ``gathered_params``: ZeRO-3 working set of unsharded parameters (prefetched layers);
+    ``unreduced_grad_params``: parameters whose unsharded gradients, in the weights' dtype,
+    wait for a deferred reduce-scatter (FSDP without gradient sync between micro-batches).
     """
     shard = layout.dp * layout.cp
     expert_shard = max(1, layout.tp * shard // (layout.ep * layout.expert_tp))
@@ -189,18 +192,32 @@ def state_bytes(
     wd, gd, od = split(dense_params, shard)
     we, ge, oe = split(expert_params, expert_shard)
     gathered = gathered_params * w_b if layout.zero >= 3 else 0.0
-    return StateBytes(wd + we + gathered, gd + ge, od + oe)
+    unreduced = unreduced_grad_params * w_b if layout.zero >= 3 else 0.0
+    return StateBytes(wd + we + gathered, gd + ge + unreduced, od + oe)
 
 
 def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
     """Logits of one micro-batch on the last stage at the loss, bytes.
 
     ``fp32_copy``: the logits (bf16, or fp32) and the fp32 softmax the loss keeps for
-    backward (Megatron's native fused vocab-parallel cross-entropy upcasts, PyTorch's
-    cross_entropy saves an fp32 log-softmax). ``in_place``: an online-softmax loss (Milakov and
-    Gimelshein 2018) keeps the logits plus a max and a sum per row and writes the gradient into
-    the logits in backward (Transformer Engine ``parallel_cross_entropy``).
+    backward, into which it writes the gradient (Megatron-Core's native vocab-parallel
+    cross-entropy: ``.float()``, then max, exp and divide in place). ``in_place``: an
+    online-softmax loss (Milakov and Gimelshein 2018) keeps the logits plus a max and a sum per
+    row and writes the gradient into the logits in backward (Transformer Engine
+    ``parallel_cross_entropy``). ``fp32_log_softmax``: PyTorch ``F.cross_entropy`` on an fp32
+    copy (torchtitan's loss): forward holds the logits, the copy and the fp32 log-softmax it
+    saves (act + 8 B); backward holds that log-softmax, the dense fp32 gradient NLL returns and
+    the fp32 input gradient (12 B; torchtitan deletes the logits before backward), the larger
+    of the two being the peak.
     """
     tokens = training.micro_batch * training.seq_len / layout.cp
-    per_element = training.act_bytes + (4 if training.cross_entropy == "fp32_copy" else 0)
+    per_element = LOSS_BYTES_PER_LOGIT[training.cross_entropy](training.act_bytes)
     return tokens * model.vocab / layout.tp * per_element
+
+
+# bytes per logit the loss holds at its peak, by cross-entropy kernel, given the activation bytes
+LOSS_BYTES_PER_LOGIT = {
+    "fp32_copy": lambda act: act + 4.0,
+    "in_place": lambda act: act,
+    "fp32_log_softmax": lambda act: max(act + 8.0, 12.0),
+}

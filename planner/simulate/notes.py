@@ -23,9 +23,12 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
     notes = [
         f"{kernel}; {'with' if training.dropout else 'no'} dropout",
         f"gradient buffer and DP reduction in {training.grad_reduce_dtype}",
-        "loss: online-softmax cross-entropy, gradient written into the logits"
-        if training.cross_entropy == "in_place"
-        else "loss: cross-entropy keeps an fp32 softmax of the logits",
+        {
+            "in_place": "loss: online-softmax cross-entropy, gradient written into the logits",
+            "fp32_copy": "loss: cross-entropy keeps an fp32 softmax of the logits",
+            "fp32_log_softmax": "loss: PyTorch cross-entropy on an fp32 copy (fp32 log-softmax "
+            "saved; backward holds it with the fp32 NLL and input gradients)",
+        }[training.cross_entropy],
     ]
     if training.offload_layers:
         notes.append(

@@ -344,6 +344,14 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         units = max(params.stage_layers, 1.0)
         ag = units * coll("all_gather", 2.0, units)
         rs = units * coll("reduce_scatter", grad_b, units)
+        if not layout.zero3_reshard_after_forward:
+            # the stage stays gathered: one all-gather per layer and step (the first forward,
+            # prefetched) and one reduce-scatter per layer after the last backward has ended
+            # (torch.distributed.pipelining runs FSDP's post-backward by hand then: exposed)
+            gather = ag
+            if layout.overlap_zero3_param_gather:
+                gather = comms.exposed_time_s(ag, stage_fwd, fabric) + ag / units
+            return DataParallel(0.0, 0.0, gather + rs, 0.0, ag + rs)
         if not layout.overlap_zero3_param_gather:
             return DataParallel(2 * ag + rs, ag, 0.0, 2 * ag + rs, 0.0)
         first_layer = ag / max(params.stage_layers, 1.0)

@@ -242,8 +242,14 @@ def memory_peak(
     if training.recompute == "full":
         activations += full_one  # one layer recomputed at a time
     # ZeRO-3: the unsharded parameters of the layer being computed
-    gathered = (params.dense_layer_params + params.expert_layer_params) if layout.zero >= 3 else 0.0
-    st = memory.state_bytes(params.dense, params.stage_experts, layout, training, gathered)
+    gathered = unreduced = 0.0
+    if layout.zero >= 3 and layout.zero3_reshard_after_forward:
+        gathered = params.dense_layer_params + params.expert_layer_params
+    elif layout.zero >= 3:  # the stage stays gathered; its gradients wait for the last backward
+        gathered = unreduced = params.local
+    st = memory.state_bytes(
+        params.dense, params.stage_experts, layout, training, gathered, unreduced
+    )
     if pp > 1 and not ctx.both_ends:
         # the last stage holds its micro-batches in flight (one, for 1F1B) and the logits
         last_act = (

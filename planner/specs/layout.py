@@ -27,7 +27,7 @@ Schedule = Literal["1f1b", "interleaved", "zb-h1", "zb-h2", "interleaved-zb", "z
 AttentionKernel = Literal["fused", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 # How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
-CrossEntropy = Literal["fp32_copy", "in_place"]
+CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax"]
 Execution = Literal["eager", "compiled", "cuda_graphs"]
 UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add"]
 CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
@@ -89,6 +89,15 @@ class Layout(_Frozen):
         default=True,
         description="prefetch the ZeRO-3 / FSDP parameter all-gather behind the previous "
         "layer's compute",
+    )
+    zero3_reshard_after_forward: bool = Field(
+        default=True,
+        description="ZeRO-3 / FSDP frees each layer's gathered parameters after its forward "
+        "and re-gathers them for backward, and reduce-scatters the gradients every "
+        "micro-batch; false (torchtitan with pp > 1: reshard_after_forward=False, and "
+        "torch.distributed.pipelining defers the gradient sync to the last micro-batch): the "
+        "stage's parameters stay gathered and its bf16 gradients unreduced through the step, "
+        "with one all-gather and one reduce-scatter per layer per step",
     )
     overlap_ep_comm: bool = Field(
         default=False,
@@ -196,9 +205,12 @@ class Training(_Frozen):
     cross_entropy: CrossEntropy = Field(
         default="fp32_copy",
         description="fp32_copy: the loss upcasts the logits and keeps an fp32 softmax for "
-        "backward (PyTorch, Megatron's native fused loss); in_place: an online-softmax kernel "
-        "that keeps only the logits and writes their gradient into them (Transformer Engine "
-        "parallel_cross_entropy, Megatron --cross-entropy-fusion-impl te)",
+        "backward, the gradient written over it (Megatron's native vocab-parallel loss; 6 B "
+        "per logit at bf16); in_place: an online-softmax kernel that keeps only the logits and "
+        "writes their gradient into them (Transformer Engine parallel_cross_entropy, Megatron "
+        "--cross-entropy-fusion-impl te; 2 B); fp32_log_softmax: PyTorch F.cross_entropy on an "
+        "fp32 copy (torchtitan): the fp32 log-softmax is saved, and backward holds it with the "
+        "dense fp32 NLL gradient and the fp32 input gradient (12 B)",
     )
 
     @model_validator(mode="after")

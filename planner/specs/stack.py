@@ -32,7 +32,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from planner.specs.base import MAX_TEXT, Spec
-from planner.specs.layout import Recompute, RecomputeModule, Schedule
+from planner.specs.layout import CrossEntropy, Recompute, RecomputeModule, Schedule
 
 AttentionImpl = Literal[
     "cudnn_fused",  # Transformer Engine's cuDNN fused attention (FlashAttention-3 class on Hopper)
@@ -77,9 +77,10 @@ class StackKernels(Spec):
     fused_bias_dropout_add: bool = Field(
         description="bias + dropout + residual add as one kernel (Megatron jit-fused)"
     )
-    cross_entropy: Literal["fp32_copy", "in_place"] = Field(
-        description="loss kernel: fp32_copy materialises fp32 logits (6 B/logit), in_place is "
-        "Transformer Engine's fused online-softmax loss (2 B/logit)"
+    cross_entropy: CrossEntropy = Field(
+        description="loss kernel (Training.cross_entropy): fp32_copy materialises fp32 logits "
+        "(6 B/logit), in_place is Transformer Engine's fused online-softmax loss (2 B/logit), "
+        "fp32_log_softmax is PyTorch's F.cross_entropy on an fp32 copy (12 B/logit in backward)"
     )
 
 
@@ -102,6 +103,12 @@ class StackDataParallel(Spec):
     grad_reduce_dtype: Literal["fp32", "bf16"] = Field(
         description="dtype of the gradient reduction (Megatron --grad-reduce-in-bf16; FSDP2 "
         "MixedPrecisionPolicy.reduce_dtype)"
+    )
+    gathered_with_pp: bool = Field(
+        default=False,
+        description="with pp > 1 the FSDP layers stay gathered through the step and the "
+        "gradients are reduced once per step (Layout.zero3_reshard_after_forward false: "
+        "torchtitan's apply_fsdp sets reshard_after_forward=False when PP is enabled)",
     )
 
 

@@ -143,7 +143,7 @@ def test_estimate_in_place_loss_lowers_memory() -> None:
     at = _app(est_pp=1, est_tp=1, est_gpus=8, est_model="llama3.1-8b")
     _ok(at)
     before = _metric(at, "Memory per GPU")
-    at.checkbox(key="est_in_place_loss").check().run()
+    at.selectbox(key="est_loss").set_value("in_place").run()
     _ok(at)
     after = _metric(at, "Memory per GPU")
     assert float(after.split()[0]) < float(before.split()[0]), (before, after)

@@ -22,7 +22,7 @@ from planner.search.export import (
     parse_layout_document,
     torchtitan_toml,
 )
-from planner.specs.layout import Training
+from planner.specs.layout import Layout, Training
 
 BASE = [
     "search",
@@ -294,13 +294,16 @@ def test_default_schedules_leave_the_ranking_unchanged(
     assert data["space_size"] == golden["space_size"]
     assert data["infeasible"] == golden["infeasible"]
 
-    def keyed(entry: dict[str, Any], reference: dict[str, Any]) -> tuple:
+    def kept(entry: dict[str, Any], reference: dict[str, Any], spec: type) -> dict[str, Any]:
         # fields added since the golden file was written must sit at their defaults
-        new = {k: v for k, v in entry["training"].items() if k not in reference["training"]}
-        defaults = {k: Training.model_fields[k].default for k in new}
+        new = {k: v for k, v in entry.items() if k not in reference}
+        defaults = {k: spec.model_fields[k].default for k in new}
         assert new == json.loads(json.dumps(defaults)), new
-        training = {k: entry["training"][k] for k in reference["training"]}
-        return entry["gpus"], entry["layout"], training
+        return {k: entry[k] for k in reference}
+
+    def keyed(entry: dict[str, Any], reference: dict[str, Any]) -> tuple:
+        layout = kept(entry["layout"], reference["layout"], Layout)
+        return entry["gpus"], layout, kept(entry["training"], reference["training"], Training)
 
     got = [keyed(e, g) for e, g in zip(data["top"], golden["top"], strict=True)]
     assert got == [(g["gpus"], g["layout"], g["training"]) for g in golden["top"]]

@@ -297,3 +297,42 @@ def test_in_place_cross_entropy_in_the_report_and_the_export():
     assert any("online-softmax" in n for n in b.assumptions)
     assert "--cross-entropy-fusion-impl te" in megatron_args(spec, 8, lay, inplace)
     assert "--cross-entropy-fusion-impl" not in megatron_args(spec, 8, lay, copy)
+
+
+def test_pytorch_cross_entropy_on_an_fp32_copy_peaks_in_backward():
+    """F.cross_entropy(logits.float()) (torchtitan): backward holds the saved fp32 log-softmax,
+    the dense fp32 NLL gradient and the fp32 input gradient, 12 B per logit, twice Megatron's
+    fused loss (6 B) at bf16; in fp32 training the forward's act + 8 B is no larger. Its HBM
+    traffic, 2 act + 36 B per logit, is the largest of the three kernels."""
+    from planner.costs import elementwise
+
+    spec = planner.load_model("llama3.1-8b")
+    lay = Layout(tp=2, cp=2)
+    copy = Training(seq_len=8192, global_batch=2, micro_batch=2)
+    torch_loss = copy.model_copy(update={"cross_entropy": "fp32_log_softmax"})
+    per_logit = 2 * 8192 / 2 * spec.vocab / 2
+    assert memory.logits_bytes(spec, lay, torch_loss) == pytest.approx(per_logit * 12)
+    assert memory.logits_bytes(spec, lay, torch_loss) == pytest.approx(
+        2 * memory.logits_bytes(spec, lay, copy)
+    )
+    fp32 = torch_loss.model_copy(update={"precision": "fp32"})
+    assert memory.logits_bytes(spec, lay, fp32) == pytest.approx(per_logit * 12)
+    kinds = ("in_place", "fp32_copy", "fp32_log_softmax")
+    traffic = [elementwise.logits_loss_bytes(spec, lay, 8192.0, 2, k) for k in kinds]
+    assert traffic == sorted(traffic) and traffic[2] == pytest.approx(8192 * spec.vocab / 2 * 40)
+
+
+def test_torchtitan_stacks_cost_the_pytorch_loss():
+    """Every torchtitan stack runs F.cross_entropy on an fp32 copy; the same layout under
+    torchtitan keeps more logits memory than under Megatron-Core (its fused vocab-parallel
+    loss)."""
+    spec = planner.load_model("llama3.1-8b")
+    cl = planner.load_cluster("dgx-h100")
+    lay, tr = Layout(dp=8, zero=3), Training(seq_len=8192, global_batch=8)
+    mem = {}
+    for stack_id in ("torchtitan-eager", "torchtitan-compiled", "megatron-core"):
+        stack = planner.load_stack(stack_id)
+        rep = planner.simulate(spec, cl, lay, tr, stack=stack)
+        mem[stack_id] = rep.memory_breakdown_gib["logits"]
+        assert (stack.kernels.cross_entropy == "fp32_log_softmax") == stack_id.startswith("torch")
+    assert mem["torchtitan-eager"] == mem["torchtitan-compiled"] > mem["megatron-core"]
