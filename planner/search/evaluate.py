@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal, get_args
@@ -168,3 +168,8 @@ class Evaluator:
 
     def _reject(self, reason: str) -> None:
         self.infeasible[reason] += 1
+
+
+def rank(results: Iterable[Evaluated]) -> list[Evaluated]:
+    """Best first, feasible candidates before the rest: the order every method returns."""
+    return sorted(results, key=lambda e: (not e.feasible, -e.score))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from planner.search.budget import NO_DEADLINE, Deadline
-from planner.search.evaluate import Evaluated, Evaluator
+from planner.search.evaluate import Evaluated, Evaluator, rank
 from planner.search.space import SearchSpace, legal_layouts
 from planner.specs.layout import Layout, Training
 
@@ -58,5 +58,4 @@ def exhaustive(
             results.append(ev)
         if progress is not None and i % 1000 == 0:
             progress(i)
-    results.sort(key=lambda e: (not e.feasible, -e.score))
-    return results
+    return rank(results)

@@ -5,14 +5,14 @@ exhaustively or with Optuna, and ranking their candidates together."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from pydantic import ValidationError
 
 from planner.errors import pydantic_error_to_planner
 from planner.search.budget import Deadline
-from planner.search.evaluate import Evaluated, Evaluator
+from planner.search.evaluate import Evaluated, Evaluator, rank
 from planner.search.exhaustive import count_candidates, exhaustive
 from planner.search.space import SearchSpace, check_schedules, stack_space
 from planner.specs.layout import Training
@@ -116,11 +116,6 @@ def count_jobs(
         if sum(sizes) > limit:
             break
     return sizes
-
-
-def rank(results: Iterable[Evaluated]) -> list[Evaluated]:
-    """Best first, feasible candidates before the rest (the order of each method's own)."""
-    return sorted(results, key=lambda e: (not e.feasible, -e.score))
 
 
 def run_exhaustive(

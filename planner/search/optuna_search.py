@@ -35,7 +35,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from planner.errors import PlannerError
 from planner.search.budget import NO_DEADLINE, Deadline
-from planner.search.evaluate import Evaluated, Evaluator
+from planner.search.evaluate import Evaluated, Evaluator, rank
 from planner.search.heuristics import heuristic_candidates
 from planner.search.optuna_encoding import AXES as AXES
 from planner.search.optuna_encoding import AXIS_WEIGHTS as AXIS_WEIGHTS
@@ -80,11 +80,6 @@ LOCAL_OVER = 3  # trials over the memory limit that local steps may start from
 # ---- candidates stored in trials --------------------------------------------------------------
 
 
-def _rank(results: Sequence[Evaluated]) -> list[Evaluated]:
-    """Best first, feasible candidates before the rest (as :func:`exhaustive`)."""
-    return sorted(results, key=lambda e: (not e.feasible, -e.score))
-
-
 def _collect(
     study: optuna.Study, evaluator: Evaluator, training: Training
 ) -> tuple[list[Evaluated], int]:
@@ -100,7 +95,7 @@ def _collect(
         key = candidate_from_attr(attr, training)
         if key not in seen:
             seen[key] = evaluator(*key)
-    return _rank([e for e in seen.values() if e is not None]), len(complete)
+    return rank([e for e in seen.values() if e is not None]), len(complete)
 
 
 # ---- the objective ----------------------------------------------------------------------------

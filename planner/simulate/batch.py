@@ -19,10 +19,9 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-from planner.costs import comms, compute, flops, pipeline
+from planner.costs import comms, compute, pipeline
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
-from planner.schedules import schedule_of
 from planner.simulate.planning import stage_plans
 from planner.simulate.stages import (
     Context,
@@ -35,6 +34,9 @@ from planner.simulate.stages import (
     edge_work,
     layer_memory,
     layer_stack,
+    make_context,
+    make_device,
+    make_groups,
     params_per_gpu,
     pp_send_s,
     rank_costs,
@@ -196,38 +198,21 @@ class BatchSimulator:
         return layout, tr
 
     def _context(self, layout: Layout, training: Training) -> Context:
+        """``make_context`` with the device and the group placements kept per key."""
         dkey = (training.precision, training.attention_kernel, training.execution)
         dev = self._devices.get(dkey)
         if dev is None:
-            dev = self._devices[dkey] = compute.make_device(
-                self.cluster.accelerator,
-                self.profile,
-                training.precision,
-                training.attention_kernel,
-                "layernorm" if self.model.activation == "gelu" else "rmsnorm",
-                training.execution,
+            dev = self._devices[dkey] = make_device(
+                self.model, self.cluster, self.profile, training
             )
         gkey = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.expert_tp)
         groups = self._groups.get(gkey)
         if groups is None:
-            groups = self._groups[gkey] = comms.place_groups(
-                *gkey[:5], self.fabric.domain_gpus, layout.expert_tp
-            )
-        return Context(
-            self.model,
-            self.cluster,
-            layout,
-            training,
-            self.profile,
-            dev,
-            self.fabric,
-            groups,
-            pipeline.microbatches_per_step(training.global_batch, training.micro_batch, layout.dp),
-            flops.tokens_per_gpu(layout, training),
-            layout.virtual_stages,
-            schedule_of(layout),
+            groups = self._groups[gkey] = make_groups(layout, self.fabric)
+        return make_context(
+            self.model, self.cluster, layout, training, self.profile, dev, self.fabric, groups,
             self._shared,
-        )
+        )  # fmt: skip
 
     def _layer_part(self, mkey: tuple, ctx: Context) -> _Layers:
         """The memory part of the layers of memory key ``mkey``."""

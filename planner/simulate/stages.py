@@ -60,14 +60,11 @@ class Context:
         return self.layout.pp == 1 or self.schedule.placement == "v"
 
 
-def make_context(
-    model: ModelSpec,
-    cluster: Cluster,
-    layout: Layout,
-    training: Training,
-    profile: CalibrationProfile,
-) -> Context:
-    dev = compute.make_device(
+def make_device(
+    model: ModelSpec, cluster: Cluster, profile: CalibrationProfile, training: Training
+) -> compute.Device:
+    """The accelerator under the profile for ``training``'s precision, kernels and execution."""
+    return compute.make_device(
         cluster.accelerator,
         profile,
         training.precision,
@@ -75,10 +72,32 @@ def make_context(
         "layernorm" if model.activation == "gelu" else "rmsnorm",
         training.execution,
     )
-    fabric = comms.make_fabric(cluster, profile)
-    groups = comms.place_groups(
+
+
+def make_groups(layout: Layout, fabric: comms.Fabric) -> comms.Groups:
+    """The placement of every parallel group of ``layout`` on ``fabric``'s domains."""
+    return comms.place_groups(
         layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, fabric.domain_gpus, layout.expert_tp
     )
+
+
+def make_context(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+    dev: compute.Device | None = None,
+    fabric: comms.Fabric | None = None,
+    groups: comms.Groups | None = None,
+    shared: dict | None = None,
+) -> Context:
+    """The Context of one layout; ``dev``, ``fabric`` and ``groups`` when the caller already
+    has them (:func:`make_device`, ``comms.make_fabric``, :func:`make_groups`), ``shared`` the
+    dict layouts of one search share results in (planner/simulate/batch.py)."""
+    dev = dev or make_device(model, cluster, profile, training)
+    fabric = fabric or comms.make_fabric(cluster, profile)
+    groups = groups or make_groups(layout, fabric)
     m = pipeline.microbatches_per_step(training.global_batch, training.micro_batch, layout.dp)
     tokens = flops.tokens_per_gpu(layout, training)
     return Context(
@@ -94,6 +113,7 @@ def make_context(
         tokens,
         layout.virtual_stages,
         schedule_of(layout),
+        shared,
     )
 
 
