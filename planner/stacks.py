@@ -42,6 +42,7 @@ STACK_TRAINING_FIELDS = (
     "attention_kernel",
     "unfused_elementwise",
     "cross_entropy",
+    "fp8_recipe",
     "dropout",
     "precision",
     "grad_reduce_dtype",
@@ -82,6 +83,7 @@ def training_defaults(
         "attention_kernel": ATTENTION_KERNEL[stack.kernels.attention],
         "unfused_elementwise": unfused_chains(stack),
         "cross_entropy": stack.kernels.cross_entropy,
+        "fp8_recipe": stack.kernels.fp8_recipe,
         "dropout": stack.dropout,
         "precision": stack.precision,
         "grad_reduce_dtype": stack.data_parallel.grad_reduce_dtype,
@@ -135,7 +137,13 @@ def stack_layout(stack: StackSpec, layout: Layout) -> Layout:
 def stack_training(stack: StackSpec, model: ModelSpec, training: Training) -> Training:
     """``training`` with the fields it leaves unset taken from ``stack`` (:func:`apply_stack`)."""
     update = unset_fields(training, training_defaults(stack, model, training))
-    return _with_changes(stack, training, update)
+    out = _with_changes(stack, training, update)
+    conflict = out.fp8_gather_conflict
+    if conflict is not None:
+        raise PlannerError(
+            "training.fp8_param_gather", f"stack {stack.name!r}: {conflict}", "fp8_param_gather off"
+        )
+    return out
 
 
 def _with_changes(stack: StackSpec, spec: SpecT, update: dict[str, Any]) -> SpecT:

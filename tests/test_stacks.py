@@ -92,14 +92,14 @@ def test_eager_is_slower_than_compiled_and_cuda_graphs_never_wait_on_the_host() 
 
 def test_unfused_chains_cost_their_extra_passes() -> None:
     layer = MODEL.layer_kinds()[0][0]
-    fused = elementwise.layer_elementwise(MODEL, Layout(), 4096.0, layer, (), False)
+    fused = elementwise.layer_elementwise(MODEL, Layout(), 4096.0, layer, (), None)
     norm = elementwise.layer_elementwise(
-        MODEL, Layout(), 4096.0, layer, (), False, unfused=("norm",)
+        MODEL, Layout(), 4096.0, layer, (), None, unfused=("norm",)
     )
     # 5 extra passes over the hidden state of both blocks, 2-byte activations
     assert norm.fwd_bytes - fused.fwd_bytes == 5 * 4096 * MODEL.hidden * 2 * 2
     every = elementwise.layer_elementwise(
-        MODEL, Layout(), 4096.0, layer, (), False, unfused=("norm", "glu", "rope")
+        MODEL, Layout(), 4096.0, layer, (), None, unfused=("norm", "glu", "rope")
     )
     assert every.fwd_bytes > norm.fwd_bytes and every.fwd_kernels > norm.fwd_kernels
 

@@ -113,15 +113,25 @@ def gemm_time_s(
     return max(t_flops, t_bytes) + dev.gemm_fixed_s
 
 
-def gemms_time_s(gemms: tuple[Gemm, ...], dev: Device) -> tuple[float, float]:
-    """(forward, backward) seconds of a list of GEMMs; backward = data and weight gradients."""
+def low_precision(g: Gemm, wgrad: bool = True) -> bool:
+    """Whether ``g`` runs at the training precision (the router and the logits stay in bf16);
+    ``wgrad``: for its weight-gradient GEMM, whether the recipe runs that one low too."""
+    return wgrad and g.name not in ("router", "logits")
+
+
+def gemms_time_s(
+    gemms: tuple[Gemm, ...], dev: Device, wgrad_low: bool = True
+) -> tuple[float, float]:
+    """(forward, backward) seconds of a list of GEMMs; backward = data and weight gradients
+    (``wgrad_low`` False: the weight gradients at bf16, torchao rowwise_with_gw_hp)."""
     fwd = bwd = 0.0
     for g in gemms:
-        low = g.name not in ("router", "logits")
+        low = low_precision(g)
         c = g.count
         fwd += c * gemm_time_s(g.m, g.n, g.k, dev, low, c)
         bwd += c * (
-            gemm_time_s(g.m, g.k, g.n, dev, low, c) + gemm_time_s(g.k, g.n, g.m, dev, low, c)
+            gemm_time_s(g.m, g.k, g.n, dev, low, c)
+            + gemm_time_s(g.k, g.n, g.m, dev, low_precision(g, wgrad_low), c)
         )
     return fwd, bwd
 
@@ -189,11 +199,13 @@ def unfused_attention_time_s(
 def memory_bound_time_s(
     work: ElementwiseWork, dev: Device, backward_factor: float
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of memory-bound kernels."""
-    fwd = (
-        work.fwd_bytes / dev.hbm_bytes_per_s
+    """(forward, backward) seconds of memory-bound kernels: backward moves ``backward_factor``
+    times the forward bytes, except the FP8 casts, which it has of its own."""
+    rest = (
+        (work.fwd_bytes - work.cast_fwd_bytes) / dev.hbm_bytes_per_s
         + work.norm_bytes / dev.norm_bytes_per_s
         + work.fwd_kernels * dev.mem_fixed_s
     )
-    bwd = backward_factor * fwd
+    fwd = rest + work.cast_fwd_bytes / dev.hbm_bytes_per_s
+    bwd = backward_factor * rest + work.cast_bwd_bytes / dev.hbm_bytes_per_s
     return fwd, bwd

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.costs import fp8
 from planner.costs.blocks import mixer_costs
 from planner.costs.blocks.channel import channel_costs
 from planner.costs.flops import Gemm, as_layer
@@ -17,7 +18,6 @@ from planner.specs.model import ModelSpec
 
 ACT_BYTES = 2  # bf16/fp16 activations (4 when training in fp32: pass act_bytes)
 BACKWARD_BYTES_FACTOR = 2.0
-FP8_CAST_BYTES_PER_ELEMENT = ACT_BYTES + 2  # read bf16, write fp8 and its transpose (TE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,8 @@ class ElementwiseWork:
     fwd_kernels: float
     norm_bytes: float = 0.0  # the two norms (LayerNorm or RMSNorm)
     mlp_act_bytes: float = 0.0  # the MLP activation function's share of fwd_bytes
+    cast_fwd_bytes: float = 0.0  # the FP8 casts' share of fwd_bytes (planner/costs/fp8.py)
+    cast_bwd_bytes: float = 0.0  # FP8 casts that run in backward only
 
 
 def layer_elementwise(
@@ -36,16 +38,19 @@ def layer_elementwise(
     tokens: float,
     layer: LayerSpec | bool,
     gemms: tuple[Gemm, ...],
-    fp8: bool,
+    fp8_recipe: str | None,
     dropout: bool = False,
     act_bytes: float = ACT_BYTES,
     unfused: tuple[str, ...] = (),
+    fp8_weights_cast: bool = True,
 ) -> ElementwiseWork:
     """Memory-bound forward work of one layer on one GPU for ``tokens`` tokens.
 
     Norms and residual adds run on the full hidden state, replicated over TP unless sequence
     parallelism splits them (Korthikanti et al. 2022, section 4.2.2). ``unfused``: the chains
-    that run as separate eager kernels (:func:`unfused_chain_work`).
+    that run as separate eager kernels (:func:`unfused_chain_work`). ``fp8_recipe`` (None: not
+    fp8): the casts of the GEMM operands (:func:`planner.costs.fp8.cast_bytes`; the router
+    stays in bf16); ``fp8_weights_cast`` False: the weights arrive already in fp8.
     """
     spec = as_layer(layer)
     h = model.hidden
@@ -72,10 +77,16 @@ def layer_elementwise(
         mlp_bytes = 2 * ffn_tokens * ffn / tp * act_bytes
     kernels += 1
     rope_bytes = mixer_work.rope_bytes
-    cast_bytes = 0.0
-    if fp8:
-        cast_bytes = sum(g.m * g.k * g.count for g in gemms if g.name != "router")
-        cast_bytes *= FP8_CAST_BYTES_PER_ELEMENT
+    cast_f = cast_b = 0.0
+    if fp8_recipe is not None:
+        cast_gemms = [g for g in gemms if g.name != "router"]
+        cast_f, cast_b = fp8.cast_bytes(
+            fp8_recipe,
+            inputs=sum(g.m * g.k * g.count for g in cast_gemms),
+            weights=sum(g.k * g.n * g.count for g in cast_gemms),
+            grad_outputs=sum(g.m * g.n * g.count for g in cast_gemms),
+            weights_cast=fp8_weights_cast,
+        )
         kernels += len(gemms)
     if unfused:
         extra, extra_kernels = unfused_chain_work(
@@ -89,7 +100,12 @@ def layer_elementwise(
         hidden_bytes += extra
         kernels += extra_kernels
     return ElementwiseWork(
-        hidden_bytes + mlp_bytes + rope_bytes + cast_bytes, kernels, norm_bytes, mlp_bytes
+        hidden_bytes + mlp_bytes + rope_bytes + cast_f,
+        kernels,
+        norm_bytes,
+        mlp_bytes,
+        cast_f,
+        cast_b,
     )
 
 
@@ -155,11 +171,14 @@ def logits_loss_bytes(
     them (3 x act B per logit). ``fp32_log_softmax`` (PyTorch F.cross_entropy on an fp32 copy):
     forward reads the logits, writes and reads the copy, writes the log-softmax (act + 12 B);
     backward writes the dense NLL gradient, reads it with the log-softmax, writes the input
-    gradient, reads it and writes it at the logits' precision (act + 24 B).
+    gradient, reads it and writes it at the logits' precision (act + 24 B). ``compiled``
+    (that loss under torch.compile): forward reads the logits twice (row max, then the sum of
+    exponentials), backward reads them once and writes the gradient (4 x act B per logit).
     """
     per_logit = {
         "in_place": 3.0 * act_bytes,
         "fp32_log_softmax": 2.0 * act_bytes + 36.0,
+        "compiled": 4.0 * act_bytes,
     }.get(cross_entropy, 2.0 * (act_bytes + 8))
     return tokens * model.vocab / layout.tp * per_logit
 

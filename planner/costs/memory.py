@@ -191,9 +191,15 @@ def state_bytes(
 
     wd, gd, od = split(dense_params, shard)
     we, ge, oe = split(expert_params, expert_shard)
-    gathered = gathered_params * w_b if layout.zero >= 3 else 0.0
+    gathered = gathered_params * param_gather_bytes(training) if layout.zero >= 3 else 0.0
     unreduced = unreduced_grad_params * w_b if layout.zero >= 3 else 0.0
     return StateBytes(wd + we + gathered, gd + ge + unreduced, od + oe)
+
+
+def param_gather_bytes(training: Training) -> float:
+    """Bytes per parameter of a ZeRO / FSDP weight all-gather and of the gathered copy: 1 with
+    ``fp8_param_gather`` (cast on the shard, gathered in fp8), else the weights' 2 B."""
+    return 1.0 if training.fp8_param_gather else float(WEIGHT_BYTES)
 
 
 def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
@@ -208,7 +214,12 @@ def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
     copy (torchtitan's loss): forward holds the logits, the copy and the fp32 log-softmax it
     saves (act + 8 B); backward holds that log-softmax, the dense fp32 gradient NLL returns and
     the fp32 input gradient (12 B; torchtitan deletes the logits before backward), the larger
-    of the two being the peak.
+    of the two being the peak. ``compiled``: that loss under ``torch.compile`` (torchtitan
+    ``build_cross_entropy_loss`` when ``compile.components`` holds ``"loss"``, the default since
+    torchtitan #1608, 2025-08-20; compiled with the model since #1033, 2025-04-02): Inductor
+    fuses the upcast, log-softmax and NLL into one reduction kernel, saves the logits and one
+    log-sum-exp per row (the min-cut partitioner recomputes the pointwise softmax), and
+    backward writes the gradient at the logits' precision: logits + gradient, 2 x act B.
     """
     tokens = training.micro_batch * training.seq_len / layout.cp
     per_element = LOSS_BYTES_PER_LOGIT[training.cross_entropy](training.act_bytes)
@@ -220,4 +231,5 @@ LOSS_BYTES_PER_LOGIT = {
     "fp32_copy": lambda act: act + 4.0,
     "in_place": lambda act: act,
     "fp32_log_softmax": lambda act: max(act + 8.0, 12.0),
+    "compiled": lambda act: 2.0 * act,
 }

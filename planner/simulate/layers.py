@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-from planner.costs import comms, compute, elementwise, flops, host, recompute
+from planner.costs import comms, compute, elementwise, flops, fp8, host, recompute
 from planner.costs.blocks import mixer_costs
 from planner.specs.blocks import LayerSpec, MoEMLP
 from planner.specs.layout import Layout, Training
@@ -70,6 +70,7 @@ class LayerCosts:
     gemms: tuple[flops.Gemm, ...] = ()
     dev: compute.Device | None = None
     imbalance: float = 1.0
+    wgrad_fp8: bool = True  # the weight-gradient GEMMs run at the low precision (fp8 recipe)
     weight_s: float | None = None
 
     @property
@@ -79,9 +80,9 @@ class LayerCosts:
         if self.weight_s is None:
             assert self.dev is not None
             experts = tuple(g for g in self.gemms if g.name.startswith("expert_"))
-            w = weight_grad_s(self.gemms, self.dev)
+            w = weight_grad_s(self.gemms, self.dev, self.wgrad_fp8)
             if experts:
-                w += (self.imbalance - 1.0) * weight_grad_s(experts, self.dev)
+                w += (self.imbalance - 1.0) * weight_grad_s(experts, self.dev, self.wgrad_fp8)
             self.weight_s = w
         return self.weight_s
 
@@ -97,12 +98,14 @@ def moe_imbalance(model: ModelSpec) -> float:
     return imb
 
 
-def weight_grad_s(gemms: tuple[flops.Gemm, ...], dev: compute.Device) -> float:
+def weight_grad_s(
+    gemms: tuple[flops.Gemm, ...], dev: compute.Device, wgrad_fp8: bool = True
+) -> float:
     """Seconds of the weight-gradient GEMMs of ``gemms`` (the second half of
     ``compute.gemms_time_s``'s backward: dW = X^T dY, a k x m by m x n product)."""
     return sum(
         g.count
-        * compute.gemm_time_s(g.k, g.n, g.m, dev, g.name not in ("router", "logits"), g.count)
+        * compute.gemm_time_s(g.k, g.n, g.m, dev, compute.low_precision(g, wgrad_fp8), g.count)
         for g in gemms
     )
 
@@ -131,12 +134,15 @@ def _compute(
 ) -> _Compute:
     tokens = flops.tokens_per_gpu(layout, training)
     lf = flops.layer_flops(model, layout, training, layer)
-    g_f, g_b = compute.gemms_time_s(lf.gemms, dev)
+    wgrad_fp8 = fp8.wgrad_fp8(training.fp8_recipe)
+    g_f, g_b = compute.gemms_time_s(lf.gemms, dev, wgrad_fp8)
     is_moe = isinstance(layer.mlp, MoEMLP) and model.moe is not None
     imbalance = moe_imbalance(model) if is_moe else 1.0
     # routed experts' GEMM seconds (mean load), forward and backward
     ex_f, ex_b = (
-        compute.gemms_time_s(tuple(g for g in lf.gemms if g.name.startswith("expert_")), dev)
+        compute.gemms_time_s(
+            tuple(g for g in lf.gemms if g.name.startswith("expert_")), dev, wgrad_fp8
+        )
         if is_moe
         else (0.0, 0.0)
     )
@@ -165,10 +171,11 @@ def _compute(
         tokens,
         layer,
         lf.gemms,
-        training.precision == "fp8",
+        training.fp8_recipe if training.precision == "fp8" else None,
         training.dropout,
         training.act_bytes,
         training.unfused_elementwise,
+        not training.fp8_param_gather,
     )
     e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
     return _Compute(g_f, g_b, a_f, a_b, e_f, e_b, ex_f, ex_b, imbalance, is_moe, attention, lf, ew)
@@ -305,7 +312,14 @@ def _host_s(
 # recompute, the overlaps, the gradient dtype, the offload or the loss kernel.
 COMPUTE_LAYOUT = operator.attrgetter("tp", "cp", "ep", "expert_tp", "sequence_parallel")
 COMPUTE_TRAINING = operator.attrgetter(
-    "seq_len", "micro_batch", "precision", "attention_kernel", "dropout", "unfused_elementwise"
+    "seq_len",
+    "micro_batch",
+    "precision",
+    "attention_kernel",
+    "dropout",
+    "unfused_elementwise",
+    "fp8_recipe",
+    "fp8_param_gather",
 )
 
 
@@ -371,6 +385,7 @@ def layer_costs(
         gemms=c.lf.gemms,
         dev=dev,
         imbalance=c.imbalance,
+        wgrad_fp8=fp8.wgrad_fp8(training.fp8_recipe),
     )
 
 

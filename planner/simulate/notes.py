@@ -28,8 +28,16 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
             "fp32_copy": "loss: cross-entropy keeps an fp32 softmax of the logits",
             "fp32_log_softmax": "loss: PyTorch cross-entropy on an fp32 copy (fp32 log-softmax "
             "saved; backward holds it with the fp32 NLL and input gradients)",
+            "compiled": "loss: torch.compile'd cross-entropy (logits and a log-sum-exp saved, "
+            "gradient at the logits' precision)",
         }[training.cross_entropy],
     ]
+    if training.precision == "fp8":
+        gather = ", weights all-gathered in fp8" if training.fp8_param_gather else ""
+        wgrad = ", weight gradients in bf16" if training.fp8_recipe == "rowwise_gw_hp" else ""
+        notes.append(
+            f"FP8 recipe {training.fp8_recipe} (cast bytes: planner/costs/fp8.py){wgrad}{gather}"
+        )
     if training.offload_layers:
         notes.append(
             f"activations of {training.offload_layers} layers offloaded to host memory; each "

@@ -362,7 +362,7 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         # transformer block as a unit (torchtitan fully_shard per TransformerBlock, FSDP1
         # auto-wrap per block), so every layer pays the collective's latency once
         units = max(params.stage_layers, 1.0)
-        ag = units * coll("all_gather", 2.0, units)
+        ag = units * coll("all_gather", memory.param_gather_bytes(training), units)
         rs = units * coll("reduce_scatter", grad_b, units)
         if not layout.zero3_reshard_after_forward:
             # the stage stays gathered: one all-gather per layer and step (the first forward,
@@ -383,7 +383,7 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         gather = 0.0
     else:
         reduce = coll("reduce_scatter", grad_b)
-        gather = coll("all_gather", 2.0)
+        gather = coll("all_gather", memory.param_gather_bytes(training))
     raw = reduce + gather
     if layout.overlap_dp_grad_reduce:
         reduce = comms.exposed_time_s(reduce, stage_bwd, fabric, bucket_frac)

@@ -27,8 +27,12 @@ Schedule = Literal["1f1b", "interleaved", "zb-h1", "zb-h2", "interleaved-zb", "z
 AttentionKernel = Literal["fused", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 # How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
-CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax"]
+CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax", "compiled"]
 Execution = Literal["eager", "compiled", "cuda_graphs"]
+Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8"]
+# recipes whose weights can be all-gathered already cast (one scale per tensor, or blocks that
+# serve both GEMM layouts): torchao enable_fsdp_float8_all_gather is tensorwise-only
+FP8_GATHER_RECIPES = ("delayed", "tensorwise", "mxfp8")
 UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add"]
 CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
 # Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
@@ -210,8 +214,41 @@ class Training(_Frozen):
         "writes their gradient into them (Transformer Engine parallel_cross_entropy, Megatron "
         "--cross-entropy-fusion-impl te; 2 B); fp32_log_softmax: PyTorch F.cross_entropy on an "
         "fp32 copy (torchtitan): the fp32 log-softmax is saved, and backward holds it with the "
-        "dense fp32 NLL gradient and the fp32 input gradient (12 B)",
+        "dense fp32 NLL gradient and the fp32 input gradient (12 B); compiled: the same loss "
+        "under torch.compile (torchtitan compile.components 'loss'): one fused kernel each way "
+        "keeps the logits and a per-row log-sum-exp and writes a logits-precision gradient (4 B)",
     )
+
+    fp8_recipe: Fp8Recipe = Field(
+        default="delayed",
+        description="with precision fp8, how the GEMM operands are scaled and cast "
+        "(planner/costs/fp8.py): delayed (Transformer Engine amax history, one fused cast per "
+        "operand), tensorwise (current per-tensor scaling: an amax pass, then the cast; torchao "
+        "and TE Float8CurrentScaling), rowwise (per-row scales: each operand cast once per GEMM "
+        "layout, via a bf16 transpose; torchao), rowwise_gw_hp (rowwise, the weight-gradient "
+        "GEMM in bf16; torchao), mxfp8 (1 x 32 blocks with e8m0 scales; Blackwell)",
+    )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="ZeRO / FSDP all-gather the weights already cast to fp8 (1 B per "
+        "parameter; torchao enable_fsdp_float8_all_gather, Megatron --fp8-param-gather); "
+        "needs precision fp8 and fp8_recipe delayed, tensorwise or mxfp8",
+    )
+
+    @property
+    def fp8_gather_conflict(self) -> str | None:
+        """Why ``fp8_param_gather`` cannot apply (None: it can, or it is off). Checked once the
+        stack has set the precision and recipe (:func:`planner.stacks.stack_training`)."""
+        if not self.fp8_param_gather or (
+            self.precision == "fp8" and self.fp8_recipe in FP8_GATHER_RECIPES
+        ):
+            return None
+        return (
+            f"fp8_param_gather needs precision fp8 with fp8_recipe one of "
+            f"{', '.join(FP8_GATHER_RECIPES)}; got precision {self.precision!r}, fp8_recipe "
+            f"{self.fp8_recipe!r} (rowwise scales differ per GEMM layout, so torchao gathers "
+            "rowwise weights in bf16)"
+        )
 
     @model_validator(mode="after")
     def _modules_need_selective(self) -> Training:

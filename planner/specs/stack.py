@@ -32,7 +32,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from planner.specs.base import MAX_TEXT, Spec
-from planner.specs.layout import CrossEntropy, Recompute, RecomputeModule, Schedule
+from planner.specs.layout import CrossEntropy, Fp8Recipe, Recompute, RecomputeModule, Schedule
 
 AttentionImpl = Literal[
     "cudnn_fused",  # Transformer Engine's cuDNN fused attention (FlashAttention-3 class on Hopper)
@@ -80,7 +80,13 @@ class StackKernels(Spec):
     cross_entropy: CrossEntropy = Field(
         description="loss kernel (Training.cross_entropy): fp32_copy materialises fp32 logits "
         "(6 B/logit), in_place is Transformer Engine's fused online-softmax loss (2 B/logit), "
-        "fp32_log_softmax is PyTorch's F.cross_entropy on an fp32 copy (12 B/logit in backward)"
+        "fp32_log_softmax is PyTorch's F.cross_entropy on an fp32 copy (12 B/logit in backward), "
+        "compiled is that loss under torch.compile (4 B/logit)"
+    )
+    fp8_recipe: Fp8Recipe = Field(
+        default="delayed",
+        description="FP8 scaling recipe with precision fp8 (Training.fp8_recipe): delayed, "
+        "tensorwise, rowwise, rowwise_gw_hp or mxfp8",
     )
 
 
