@@ -183,10 +183,21 @@ def logits_loss_bytes(
     return tokens * model.vocab / layout.tp * per_logit
 
 
-def adam_bytes_per_param() -> float:
-    """HBM bytes of one fused mixed-precision AdamW update per parameter.
+def adam_bytes_per_param(kernel: str = "fused") -> float:
+    """HBM bytes of one mixed-precision AdamW update per parameter, by ``kernel``.
 
-    Reads fp32 master weight, fp32 gradient and two fp32 moments (16 B), writes master and
-    moments (12 B) and the bf16 model copy (2 B), plus the gradient-norm read for clipping (4 B).
+    fused: reads fp32 master weight, fp32 gradient and two fp32 moments (16 B), writes master
+    and moments (12 B) and the bf16 model copy (2 B), plus the gradient-norm read for clipping
+    (4 B). foreach (PyTorch ``_multi_tensor_adam``: weight-decay mul, lerp of the first
+    moment, mul + addcmul of the second, sqrt, div, add eps, addcdiv into the weight, each a
+    pass over fp32 tensors): 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16 = 80 B, plus the norm read (FSDP2
+    keeps no separate bf16 copy). per_tensor (Composer ``DecoupledAdamW.adamw``, a loop over
+    the parameters: mul for the decay, mul + add, mul + addcmul, sqrt, div, add, addcdiv):
+    88 B plus the norm read.
     """
-    return 16 + 12 + 2 + 4
+    return ADAM_BYTES[kernel]
+
+
+ADAM_BYTES = {"fused": 16 + 12 + 2 + 4, "foreach": 80 + 4, "per_tensor": 88 + 4}
+# ops the host issues per parameter tensor (per_tensor) or per parameter group (foreach) per step
+ADAM_OPS = {"fused": 1, "foreach": 8, "per_tensor": 9}

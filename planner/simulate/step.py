@@ -32,6 +32,7 @@ from planner.simulate.stages import (
     params_per_gpu,
     pp_send_s,
     rank_costs,
+    shared_value,
 )
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -131,6 +132,35 @@ def timed_plan(
     )
 
 
+def optimizer_time_s(ctx: Context, params: Params) -> float:
+    """Seconds of the AdamW update over the locally owned (sharded) parameters: memory bound,
+    or bound by the host issuing its ops when it runs per tensor (one op per kernel step and
+    parameter tensor, ``elementwise.ADAM_OPS``; foreach / fused issue a handful per step)."""
+    kernel = ctx.training.optimizer_kernel
+    owned = params.local / (ctx.groups.dp_cp.size if ctx.layout.zero >= 1 else 1)
+    gpu = owned * elementwise.adam_bytes_per_param(kernel) / ctx.dev.adam_bytes_per_s
+    ops = float(elementwise.ADAM_OPS[kernel])
+    if kernel == "per_tensor":
+        ops *= shared_value(
+            ctx,
+            ("param_tensors", ctx.layout.ep, params.stage_layers),
+            lambda: param_tensors(ctx.model, ctx.layout, params.stage_layers),
+        )
+    return max(gpu, ops * ctx.dev.host_op_s)
+
+
+def param_tensors(model: ModelSpec, layout: Layout, stage_layers: float) -> float:
+    """Parameter tensors a rank of ``stage_layers`` layers holds: each GEMM weight (a routed
+    expert's own per local expert) and two norms per layer, at the model's mix of layer kinds,
+    plus the embedding, the output head and the final norm."""
+    total = per_layer = 0.0
+    for layer, count in model.layer_kinds():
+        g = flops.layer_flops(model, layout, Training(seq_len=1, global_batch=1), layer).gemms
+        per_layer += count * (sum(x.count for x in g) + 2.0)
+        total += count
+    return stage_layers * per_layer / max(total, 1.0) + 3.0
+
+
 def step_times(
     ctx: Context,
     ranks: RankCosts,
@@ -151,9 +181,7 @@ def step_times(
         times = StageTimes(ranks.t_max, ranks.t_sum, pass_times(stages, ctx.layout.pp))
     steady, bubble = pipeline.schedule_time_s(ctx.schedule, m, times, ctx.vpp)
 
-    # optimizer: fused AdamW over the locally owned (sharded) parameters, memory bound
-    owned = params.local / (ctx.groups.dp_cp.size if ctx.layout.zero >= 1 else 1)
-    optimizer_s = owned * elementwise.adam_bytes_per_param() / ctx.dev.adam_bytes_per_s
+    optimizer_s = optimizer_time_s(ctx, params)
 
     breakdown = {k: v * m for k, v in ranks.stages[ranks.bottleneck].items()}
     breakdown["dp_comm"] += dp.step

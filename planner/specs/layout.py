@@ -29,6 +29,7 @@ GradDtype = Literal["fp32", "bf16"]
 # How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
 CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax", "compiled"]
 Execution = Literal["eager", "compiled", "cuda_graphs"]
+OptimizerKernel = Literal["fused", "foreach", "per_tensor"]
 Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8"]
 # recipes whose weights can be all-gathered already cast (one scale per tensor, or blocks that
 # serve both GEMM layouts): torchao enable_fsdp_float8_all_gather is tensorwise-only
@@ -227,6 +228,15 @@ class Training(_Frozen):
         "and TE Float8CurrentScaling), rowwise (per-row scales: each operand cast once per GEMM "
         "layout, via a bf16 transpose; torchao), rowwise_gw_hp (rowwise, the weight-gradient "
         "GEMM in bf16; torchao), mxfp8 (1 x 32 blocks with e8m0 scales; Blackwell)",
+    )
+    optimizer_kernel: OptimizerKernel = Field(
+        default="fused",
+        description="how the AdamW update runs (planner/costs/elementwise.py "
+        "adam_bytes_per_param): fused (one multi-tensor kernel: apex / Transformer Engine / "
+        "DeepSpeed FusedAdam, torch fused=True), foreach (PyTorch's multi-tensor foreach ops, "
+        "one pass each: about 2.5x the HBM traffic), per_tensor (a Python loop of single-tensor "
+        "ops per parameter tensor: the foreach traffic plus one host-issued op per step and "
+        "tensor, Composer DecoupledAdamW)",
     )
     fp8_param_gather: bool = Field(
         default=False,

@@ -32,7 +32,14 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from planner.specs.base import MAX_TEXT, Spec
-from planner.specs.layout import CrossEntropy, Fp8Recipe, Recompute, RecomputeModule, Schedule
+from planner.specs.layout import (
+    CrossEntropy,
+    Fp8Recipe,
+    OptimizerKernel,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+)
 
 AttentionImpl = Literal[
     "cudnn_fused",  # Transformer Engine's cuDNN fused attention (FlashAttention-3 class on Hopper)
@@ -82,6 +89,11 @@ class StackKernels(Spec):
         "(6 B/logit), in_place is Transformer Engine's fused online-softmax loss (2 B/logit), "
         "fp32_log_softmax is PyTorch's F.cross_entropy on an fp32 copy (12 B/logit in backward), "
         "compiled is that loss under torch.compile (4 B/logit)"
+    )
+    optimizer: OptimizerKernel = Field(
+        default="fused",
+        description="AdamW implementation (Training.optimizer_kernel): fused, foreach or "
+        "per_tensor",
     )
     fp8_recipe: Fp8Recipe = Field(
         default="delayed",
