@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal, get_args
@@ -136,10 +136,41 @@ class Evaluator:
         limit = self.sim.usable * (1.0 - self.memory_headroom)
         try:
             fig = self.sim.figures(layout, training, limit if prune else None)
-        except PlannerError as exc:
+        except (PlannerError, ArithmeticError) as exc:
+            return self._refused(exc)
+        return self._accept(gpus, layout, training, fig, limit)
+
+    def evaluate_many(self, candidates: Sequence[tuple[int, Layout, Training]]) -> list[Evaluated]:
+        """``evaluate(gpus, layout, training, prune=True)`` of every candidate (not cached),
+        the accepted ones in order: the simulator's vector path (planner/simulate/vector.py)
+        prices them together, the same figures and the same rejections."""
+        self.simulated += len(candidates)
+        limit = self.sim.usable * (1.0 - self.memory_headroom)
+        out = []
+        figures = self.sim.figures_many(candidates, limit, memory_only=False)
+        for (gpus, layout, training), fig in zip(candidates, figures, strict=True):
+            if fig is None:
+                self.infeasible[OUT_OF_MEMORY] += 1
+            elif type(fig) is not Figures:
+                self._refused(fig)
+            else:
+                ev = self._accept(gpus, layout, training, fig, limit)
+                if ev is not None:
+                    out.append(ev)
+        return out
+
+    def _refused(self, exc: BaseException) -> None:
+        """Reject a candidate the simulator refused (a PlannerError) or failed on (an
+        overflow or division by zero on extreme inputs)."""
+        if isinstance(exc, PlannerError):
             return self._reject(f"simulator refused ({exc.field})")
-        except ArithmeticError as exc:  # overflow or division by zero on extreme inputs
-            return self._reject(f"simulator failed ({type(exc).__name__})")
+        return self._reject(f"simulator failed ({type(exc).__name__})")
+
+    def _accept(
+        self, gpus: int, layout: Layout, training: Training, fig: Figures, limit: float
+    ) -> Evaluated | None:
+        """The Evaluated of a priced candidate (``limit``: usable GiB with headroom), or None
+        when it is rejected (out of memory, a non-finite figure or score, no throughput)."""
         if not fig.timed:
             return self._reject(OUT_OF_MEMORY)
         # one sum: a NaN or an infinity among the figures makes it non-finite (and so does an

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 
 from planner.search.budget import NO_DEADLINE, Deadline
@@ -10,6 +11,9 @@ from planner.search.space import SearchSpace, legal_layouts
 from planner.specs.layout import Layout, Training
 
 Candidate = tuple[int, Layout, Training]  # (GPUs, layout, training), as legal_layouts yields
+# candidates priced together (Evaluator.evaluate_many): large enough that the numpy groups are
+# long, small enough that progress is reported every few tenths of a second
+CHUNK = 16_384
 
 
 def count_candidates(
@@ -50,12 +54,14 @@ def exhaustive(
     (:func:`count_candidates`' ``keep``)."""
     if candidates is None:
         candidates = legal_layouts(evaluator.model, evaluator.cluster, training, space, deadline)
-    results = []
-    for i, (gpus, layout, tr) in enumerate(candidates):
-        deadline.tick()
-        ev = evaluator.evaluate(gpus, layout, tr, prune=True)
-        if ev is not None:
-            results.append(ev)
-        if progress is not None and i % 1000 == 0:
-            progress(i)
+    results: list[Evaluated] = []
+    it, done = iter(candidates), 0
+    while chunk := list(itertools.islice(it, CHUNK)):
+        for _ in chunk:
+            deadline.tick()
+        results += evaluator.evaluate_many(chunk)
+        if progress is not None:
+            for i in range(-(-done // 1000) * 1000, done + len(chunk), 1000):
+                progress(i)
+        done += len(chunk)
     return rank(results)

@@ -17,6 +17,7 @@ plan, notes and placement) is built by ``simulate_step`` only for the layouts a 
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.costs import comms, compute, pipeline
@@ -88,6 +89,17 @@ _UNKNOWN = object()
 _PEAK_LAYOUT = operator.attrgetter("pp", "vpp", "schedule", "dp", "zero")
 _LAYER_TRAINING = operator.attrgetter(*LAYER_TRAINING_FIELDS)
 _Peak = tuple[dict[str, float], str, float, "Params"]  # memory_peak's GiB, rank, total, params
+# the vector path's memo (planner/simulate/vector.py): key -> id dicts and tables by id
+VECTOR_DICTS = ("training", "layer_training", "update", "mid", "schedule", "pid", "flight")
+VECTOR_DICTS += ("lid", "pp_s", "coll")
+VECTOR_LISTS = ("mid_rows", "mid_num", "pid_num", "pid_params", "flight_num", "tconsts")
+VECTOR_LISTS += ("lid_num", "lid_key")
+
+
+def memory_key(layout: Layout, training: Training) -> tuple:
+    """The key of what the memory reads of the layers: the layout's memory fields, its expert
+    TP and the training fields (the TP, CP and EP groups follow from these on one cluster)."""
+    return (_MEMORY_LAYOUT(layout), layout.expert_tp, _LAYER_TRAINING(training))
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +188,31 @@ class BatchSimulator:
         self._pp_s: dict[tuple, float] = {}
         self._dp: dict[tuple, DataParallel] = {}
         self._shared: dict = {}  # kernel costs and collectives shared between layouts (layers, stages)
+        self._memo: dict = {}  # the keys and tables of figures_many (planner/simulate/vector.py)
+
+    def figures_many(
+        self,
+        candidates: Sequence[tuple[int, Layout, Training]],
+        memory_limit_gib: float | None = None,
+        memory_only: bool = True,
+    ) -> list[Figures | Exception | None]:
+        """:meth:`figures` of every (gpus, layout, training), in order, the per-candidate
+        arithmetic in numpy (planner/simulate/vector.py): the Figures, or the PlannerError or
+        ArithmeticError :meth:`figures` raises for it; ``memory_only`` False: None for a
+        candidate over ``memory_limit_gib`` (GiB)."""
+        from planner.simulate.vector import figures_many
+
+        return figures_many(self, candidates, memory_limit_gib, memory_only)
+
+    def _vector_memo(self) -> dict:
+        """The vector path's keys and tables, kept between calls (created on first use)."""
+        if not self._memo:
+            for name in VECTOR_DICTS:
+                self._memo[name] = {}
+            for name in VECTOR_LISTS:
+                self._memo[name] = []
+            self._memo["edge_keys"] = [set(), set(), set()]
+        return self._memo
 
     # ---- the shared stages ---------------------------------------------------------------
     def _applied(self, layout: Layout, training: Training) -> tuple[Layout, Training]:
@@ -197,14 +234,19 @@ class BatchSimulator:
             raise err.with_traceback(None)  # one error object, raised afresh each time
         return layout, tr
 
-    def _context(self, layout: Layout, training: Training) -> Context:
-        """``make_context`` with the device and the group placements kept per key."""
+    def _device(self, training: Training) -> compute.Device:
+        """``make_device`` for ``training``, kept per (precision, attention kernel, execution)."""
         dkey = (training.precision, training.attention_kernel, training.execution)
         dev = self._devices.get(dkey)
         if dev is None:
             dev = self._devices[dkey] = make_device(
                 self.model, self.cluster, self.profile, training
             )
+        return dev
+
+    def _context(self, layout: Layout, training: Training) -> Context:
+        """``make_context`` with the device and the group placements kept per key."""
+        dev = self._device(training)
         gkey = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.expert_tp)
         groups = self._groups.get(gkey)
         if groups is None:
@@ -259,7 +301,7 @@ class BatchSimulator:
         """The candidate's figures; timed unless its peak exceeds ``memory_limit_gib``."""
         layout, training = self._applied(layout, training)
         # the TP, CP and EP groups follow from tp, cp, ep and expert_tp on this cluster
-        mkey = (_MEMORY_LAYOUT(layout), layout.expert_tp, _LAYER_TRAINING(training))
+        mkey = memory_key(layout, training)
         peak_key = (mkey, _PEAK_LAYOUT(layout), training.global_batch)
         found = self._peaks.get(peak_key)
         ctx = None

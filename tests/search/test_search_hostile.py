@@ -39,6 +39,7 @@ GPUS, BATCH, SEQ = 16, 64, 4096
 HANG_GUARD_S = 300.0  # only stops a hung test; never a statement about speed
 REAL_SIMULATE = evaluate_mod.simulate_step
 REAL_FIGURES = BatchSimulator.figures
+REAL_FIGURES_MANY = BatchSimulator.figures_many
 
 
 @pytest.fixture(scope="module")
@@ -222,10 +223,28 @@ def _hostile_figures(refuse_tp: int, nan_tp: int) -> Callable:
     return figures
 
 
+def _hostile_figures_many(refuse_tp: int, nan_tp: int) -> Callable:
+    """The vector path (exhaustive search) made as hostile as :func:`_hostile_figures`."""
+
+    def figures_many(self, candidates, memory_limit_gib=None, memory_only=True):  # noqa: ANN001, ANN202
+        real = REAL_FIGURES_MANY(self, candidates, memory_limit_gib, memory_only)
+        out = []
+        for (_gpus, layout, _training), fig in zip(candidates, real, strict=True):
+            if layout.tp == refuse_tp:
+                fig = PlannerError("report.step_time_s", "not finite", "finite figures")
+            elif layout.tp == nan_tp and fig is not None and not isinstance(fig, Exception):
+                fig = dataclasses.replace(fig, tokens_per_s=math.inf, step_time_s=0.0)
+            out.append(fig)
+        return out
+
+    return figures_many
+
+
 def test_refused_and_non_finite_candidates_are_counted_not_ranked(
     problem: tuple, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(BatchSimulator, "figures", _hostile_figures(2, 4))
+    monkeypatch.setattr(BatchSimulator, "figures_many", _hostile_figures_many(2, 4))
     model, cluster, profile, training = problem
     ev = Evaluator(model, cluster, profile)
     ranked = exhaustive(ev, training, _space(problem))

@@ -14,7 +14,7 @@ from planner.schedules import SCHEDULES
 from planner.search import default_space
 from planner.search.space import legal_layouts, stack_space
 from planner.simulate import simulate_step
-from planner.simulate.batch import BatchSimulator
+from planner.simulate.batch import BatchSimulator, Figures
 from planner.specs.layout import Training
 from planner.specs.loading import REPO_ROOT, shipped_ids
 
@@ -92,6 +92,61 @@ def test_batch_figures_equal_the_one_layout_path(model_id: str) -> None:
         assert short.memory_breakdown_gib == got.memory_breakdown_gib
         pruned += 1
     assert compared >= 100 and pruned == compared
+
+
+def _same(got: object, want: object) -> bool:
+    """The same Figures (every field, every breakdown entry, bit for bit), or the same error."""
+    if isinstance(want, Exception):
+        return type(got) is type(want) and getattr(got, "field", None) == getattr(
+            want, "field", None
+        )
+    return got == want
+
+
+@pytest.mark.parametrize("model_id", MODELS)
+def test_vector_figures_equal_the_batch_path(model_id: str) -> None:
+    """figures_many (planner/simulate/vector.py, numpy over the candidates) gives exactly the
+    figures of figures() (checked against simulate_step above), with and without a memory
+    limit that prunes about half the candidates; most candidates take the vector path."""
+    from planner.simulate.vector import VectorPass
+
+    model = planner.load_model(model_id)
+    groups: dict = {}
+    for cluster, stack, gpus, layout, training in _candidates(model_id):
+        groups.setdefault((cluster.id, stack.name if stack else None), []).append(
+            (cluster, stack, (gpus, layout, training))
+        )
+    compared = vectored = 0
+    for entries in groups.values():
+        cluster, stack = entries[0][0], entries[0][1]
+        cands = [c for _, _, c in entries]
+        profile = planner.default_profile(cluster)
+
+        def scalar(sim: BatchSimulator, limit: float | None, cands: list = cands) -> list:
+            out: list = []
+            for _gpus, layout, training in cands:
+                try:
+                    out.append(sim.figures(layout, training, limit))
+                except (PlannerError, ArithmeticError) as exc:
+                    out.append(exc)
+            return out
+
+        first = scalar(BatchSimulator(model, cluster, profile, stack), None)
+        peaks = sorted(f.peak_memory_gib for f in first if not isinstance(f, Exception))
+        for limit in (None, peaks[len(peaks) // 2] if peaks else None):
+            want = scalar(BatchSimulator(model, cluster, profile, stack), limit)
+            vp = VectorPass(BatchSimulator(model, cluster, profile, stack), cands, limit)
+            got = vp.run()
+            for c, g, w in zip(cands, got, want, strict=True):
+                assert _same(g, w), (c, g, w)
+            compared += len(cands)
+            vectored += len(cands) - len(vp.fallback)
+            pruned = BatchSimulator(model, cluster, profile, stack).figures_many(
+                cands, limit, memory_only=False
+            )
+            for g, w in zip(pruned, want, strict=True):
+                assert g is None if type(w) is Figures and not w.timed else _same(g, w)
+    assert compared >= 400 and vectored >= compared // 2
 
 
 def test_the_layer_cost_key_leaves_out_only_fields_the_layers_do_not_read() -> None:

@@ -1,0 +1,305 @@
+"""Many candidates at once: :class:`~planner.simulate.batch.BatchSimulator`'s figures with the
+per-candidate assembly (memory peak, rank costs, pipeline, DP exposure, optimizer, utilisation)
+done in numpy over every candidate of one pipeline depth and ZeRO stage.
+
+The stages shared between candidates (layer costs, parameters, pipeline sends, collectives) are
+still costed once per distinct key by the one-layout stage functions; what differs per
+candidate is the arithmetic that combines them, which :mod:`planner.simulate.vector_math`
+replays elementwise in the order ``simulate_step`` does it, so each figure is the same float
+(tests/simulate/test_batch.py). A candidate this path does not cover (a V or zero-bubble
+schedule, offloaded layers, a per-tensor optimizer, a figure that is not finite, an error) is
+handed to :meth:`BatchSimulator.figures`, one at a time.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+
+import numpy as np
+
+from planner.costs import elementwise, memory
+from planner.schedules import SCHEDULES, OneF1B, default_schedule_name
+from planner.simulate import batch as _batch
+from planner.simulate.batch import BatchSimulator, Figures
+from planner.simulate.stages import stage_categories
+from planner.simulate.vector_keys import memory_inputs, mid_row, time_inputs
+from planner.simulate.vector_math import PER_LAYER, Columns, memory_columns, time_columns
+from planner.specs.layout import Layout, Training
+from planner.stacks import layout_defaults, reserved_peak_gib, stack_training
+
+Candidate = tuple[int, Layout, Training]
+# Python 3.12 sums floats with compensation: the elementwise sums would then differ
+COVERED_PYTHON = sys.version_info < (3, 12)
+_VIOLATION = itemgetter(
+    "tp", "sequence_parallel", "pp", "cp", "ep", "overlap_tp_comm", "zero", "schedule", "vpp"
+)
+_MEMORY = itemgetter(*_batch.MEMORY_LAYOUT_FIELDS)
+
+
+@dataclass(slots=True)
+class _TrainingInfo:
+    """One candidate Training under the stack, and what the vector path reads of it."""
+
+    given: Training  # kept alive: the cache is keyed by its id
+    applied: Training | None
+    error: Exception | None
+    layer_id: int  # interned layer-training fields
+    covered: bool  # no offload, not a per-tensor optimizer
+    tix: int  # its row of _training_consts in the memo's "tconsts"
+
+
+def _training_consts(sim: BatchSimulator, tr: Training) -> tuple:
+    """(weight B, optimizer B, gradient B, gather B, AdamW B, AdamW ops, AdamW B/s, host s/op,
+    tokens per step, peak FLOP/s): the per-Training constants of the vector path."""
+    fp32 = tr.precision == "fp32"
+    dev = sim._device(tr)
+    return (
+        4 if fp32 else memory.WEIGHT_BYTES,
+        8 if fp32 else memory.OPTIMIZER_BYTES,
+        memory.grad_bytes(tr),
+        memory.param_gather_bytes(tr),
+        elementwise.adam_bytes_per_param(tr.optimizer_kernel),
+        float(elementwise.ADAM_OPS[tr.optimizer_kernel]),
+        dev.adam_bytes_per_s,
+        dev.host_op_s,
+        tr.tokens_per_step,
+        sim.cluster.accelerator.peak_flops_per_s(tr.work_precision),
+    )
+
+
+class VectorPass:
+    """One call of :func:`figures_many`: the per-candidate keys, then the numpy groups."""
+
+    def __init__(self, sim: BatchSimulator, cands: Sequence[Candidate], limit: float | None):
+        self.sim, self.cands, self.limit = sim, cands, limit
+        self.out: list = [None] * len(cands)
+        self.fallback: list[int] = []
+        self.groups: dict[tuple, list[tuple]] = {}
+        self.memo = sim._vector_memo()
+        self.default_keys = tuple(layout_defaults(sim.stack, Layout())) if sim.stack else ()
+        self.memory_only_figures = True
+
+    # ---- per candidate ------------------------------------------------------------------
+    def training(self, training: Training) -> _TrainingInfo:
+        memo = self.memo["training"]
+        info = memo.get(id(training))
+        if info is None:
+            sim = self.sim
+            try:
+                tr = training
+                if sim.stack is not None:
+                    tr = sim._trainings.get(training)
+                    if tr is None:
+                        tr = sim._trainings[training] = stack_training(
+                            sim.stack, sim.model, training
+                        )
+                lid = self.memo["layer_training"].setdefault(
+                    _batch._LAYER_TRAINING(tr), len(self.memo["layer_training"])
+                )
+                covered = not tr.offload_layers and tr.optimizer_kernel != "per_tensor"
+                self.memo["tconsts"].append(_training_consts(sim, tr))
+                tix = len(self.memo["tconsts"]) - 1
+                info = _TrainingInfo(training, tr, None, lid, covered, tix)
+            except Exception as exc:  # noqa: BLE001 - the one-layout path raises it again
+                info = _TrainingInfo(training, None, exc, -1, False, -1)
+            memo[id(training)] = info
+        return info
+
+    def applied(self, layout: Layout) -> dict:
+        """The layout's field values under the stack (``stack_layout``'s, without a copy)."""
+        d = layout.__dict__
+        stack = self.sim.stack
+        if stack is None:
+            return d
+        fs = layout.__pydantic_fields_set__
+        # what layout_defaults reads (sequence parallelism, tp > 1, pp > 1) and which of its
+        # fields the layout sets
+        keys = self.default_keys
+        sig = (*(k in fs for k in keys), d["sequence_parallel"], d["tp"] > 1, d["pp"] > 1)
+        memo = self.memo["update"]
+        update = memo.get(sig)
+        if update is None:
+            set_fields = layout.__pydantic_fields_set__
+            wanted = layout_defaults(stack, layout)
+            update = memo[sig] = {k: v for k, v in wanted.items() if k not in set_fields}
+        return {**d, **update} if update else d
+
+    def prepare(self) -> None:
+        """Key every candidate and put it in its (pp, ZeRO, ...) group, or in ``fallback``."""
+        sim, memo = self.sim, self.memo
+        violations, mids, schedules = sim._violations, memo["mid"], memo["schedule"]
+        covered_python = COVERED_PYTHON
+        for i, (_gpus, layout, training) in enumerate(self.cands):
+            info = self.training(training)
+            if info.error is not None or not info.covered or not covered_python:
+                self.fallback.append(i)
+                continue
+            tr = info.applied
+            a = self.applied(layout)
+            vkey = (_VIOLATION(a), tr.recompute, tr.precision)
+            if sim.stack is not None and violations.get(vkey, _batch._UNKNOWN) is not None:
+                try:  # unknown: checked (and kept) by the one-layout path's first step
+                    sim._applied(layout, training)
+                except _batch.PlannerError:
+                    self.fallback.append(i)
+                    continue
+            tp, cp, dp, pp, ep = a["tp"], a["cp"], a["dp"], a["pp"], a["ep"]
+            expert_tp = tp if (dp * cp) % ep == 0 else 1
+            vpp = a["vpp"] or 1
+            sk = (a["schedule"], vpp)
+            sched = schedules.get(sk)
+            if sched is None:
+                name = a["schedule"] or default_schedule_name(a["vpp"])
+                sched = schedules[sk] = SCHEDULES[name]
+            if pp > 1 and (sched.placement != "loop" or type(sched).bubble_s is not _LOOP):
+                self.fallback.append(i)
+                continue
+            mk = (_MEMORY(a), expert_tp, info.layer_id)
+            mid = mids.get(mk)
+            if mid is None:
+                mid = self.new_mid(mk, i)
+                if mid is None:
+                    self.fallback.append(i)
+                    continue
+            m = training.global_batch // (training.micro_batch * dp)
+            row = (i, mid, info, vpp, m, sched, tp, cp, dp, ep, expert_tp, a)
+            gk = (pp, a["zero"], a["zero3_reshard_after_forward"])
+            group = self.groups.get(gk)
+            if group is None:
+                group = self.groups[gk] = []
+            group.append(row)
+
+    def ctx(self, i: int):  # noqa: ANN201 - a stages.Context
+        """The Context of candidate ``i`` (the one-layout path's), for a cache miss."""
+        _gpus, layout, training = self.cands[i]
+        layout, training = self.sim._applied(layout, training)
+        return self.sim._context(layout, training)
+
+    def new_mid(self, mk: tuple, i: int) -> int | None:
+        """Intern a memory key, costing its layer memory from candidate ``i``; None: refused."""
+        try:
+            ctx = self.ctx(i)
+        except Exception:  # noqa: BLE001 - the one-layout path raises it again
+            return None
+        mkey = _batch.memory_key(ctx.layout, ctx.training)
+        part = self.sim._layer_part(mkey, ctx)
+        mids = self.memo["mid"]
+        mid = mids[mk] = len(mids)
+        self.memo["mid_rows"].append((mkey, part))
+        self.memo["mid_num"].append(mid_row(part))
+        return mid
+
+    # ---- the groups ---------------------------------------------------------------------
+    def run(self) -> list:
+        self.prepare()
+        with np.errstate(all="ignore"):
+            for (pp, zero, reshard), rows in self.groups.items():
+                self.group(pp, zero, reshard, rows)
+        sim = self.sim
+        for i in sorted(self.fallback):
+            _gpus, layout, training = self.cands[i]
+            try:
+                self.out[i] = sim.figures(layout, training, self.limit)
+            except (_batch.PlannerError, ArithmeticError) as exc:
+                self.out[i] = exc
+        return self.out
+
+    def group(self, pp: int, zero: int, reshard: bool, rows: list[tuple]) -> None:
+        """The figures of one group's candidates: memory for all, time for those that fit."""
+        cols, rows = memory_inputs(self, pp, rows)
+        if not rows:
+            return
+        mem = memory_columns(cols, pp, zero, reshard)
+        finite = np.isfinite(mem.table).all(axis=1) & np.isfinite(mem.total)
+        fit = finite if self.limit is None else finite & (mem.total <= self.limit)
+        self.fallback.extend(rows[j][0] for j in np.flatnonzero(~finite).tolist())
+        if self.memory_only_figures:
+            self.memory_only(rows, np.flatnonzero(finite & ~fit), mem)
+        idx = np.flatnonzero(fit)
+        if not len(idx):
+            return
+        timed_rows = [rows[j] for j in idx.tolist()]
+        sub = cols.take(idx)
+        tcols = time_inputs(self, pp, zero, timed_rows, sub, CATEGORIES)
+        if tcols is None:
+            self.fallback.extend(r[0] for r in timed_rows)
+            return
+        t = time_columns(sub, tcols, pp, zero, reshard, self.sim.model.layers)
+        self.timed(timed_rows, idx, mem, t)
+
+    def memory_only(self, rows: list[tuple], idx: np.ndarray, mem: Columns) -> None:
+        sim = self.sim
+        for j in idx.tolist():
+            row = rows[j]
+            a = row[11]
+            gpus = a["tp"] * a["cp"] * a["dp"] * a["pp"]
+            total = float(mem.total[j])
+            self.out[row[0]] = Figures(
+                False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, gpus, row[4], {},
+                dict(zip(MEM_KEYS, mem.table[j].tolist(), strict=True)),
+                total, STAGE_NAMES[int(mem.stage[j])], sim.usable, self.stack_name,
+                self.reserved(total),
+            )  # fmt: skip
+
+    @property
+    def stack_name(self) -> str:
+        return self.sim.stack.name if self.sim.stack is not None else ""
+
+    def reserved(self, total: float) -> float | None:
+        return reserved_peak_gib(self.sim.stack, total) if self.sim.stack is not None else None
+
+    def timed(self, rows: list[tuple], idx: np.ndarray, mem: Columns, t: Columns) -> None:
+        """Figures of the timed candidates; one with a non-finite figure goes to the fallback."""
+        sim = self.sim
+        ok = np.isfinite(t.table).all(axis=1) & np.isfinite(t.scalars).all(axis=1)
+        scal = t.scalars.tolist()
+        times = t.table.tolist()
+        mems = mem.table[idx].tolist()
+        totals = mem.total[idx].tolist()
+        stages = mem.stage[idx].tolist()
+        okl = ok.tolist()
+        usable, name = sim.usable, self.stack_name
+        for j, row in enumerate(rows):
+            if not okl[j]:
+                self.fallback.append(row[0])
+                continue
+            step, tps, mfu, hfu, mf, gpus = scal[j]
+            gpus = int(gpus)
+            total = totals[j]
+            self.out[row[0]] = Figures(
+                True, step, tps, tps / gpus, mfu, hfu, mf, gpus, row[4],
+                dict(zip(TIME_KEYS, times[j], strict=True)),
+                dict(zip(MEM_KEYS, mems[j], strict=True)),
+                total, STAGE_NAMES[stages[j]], usable, name, self.reserved(total),
+            )  # fmt: skip
+
+
+_LOOP = OneF1B.bubble_s
+MEM_KEYS = ("weights", "gradients", "optimizer_states", "activations", "logits", "overhead")
+STAGE_NAMES = ("first", "last", "only")
+# the time breakdown: the rank categories (stages.stage_categories), then the step's own
+CATEGORIES = tuple(stage_categories(0.0, dict.fromkeys(PER_LAYER, 0.0), 0.0, 0.0, {}))
+TIME_KEYS = (*CATEGORIES, "pipeline_bubble", "optimizer")
+
+
+def figures_many(
+    sim: BatchSimulator,
+    cands: Sequence[Candidate],
+    memory_limit_gib: float | None = None,
+    memory_only: bool = True,
+) -> list[Figures | Exception | None]:
+    """``sim.figures(layout, training, memory_limit_gib)`` of every (gpus, layout, training),
+    in order: the Figures, or the PlannerError / ArithmeticError it raises. ``memory_only``
+    False: None instead of the memory-only Figures of a candidate over the limit (GiB)."""
+    vp = VectorPass(sim, cands, memory_limit_gib)
+    vp.memory_only_figures = memory_only
+    out = vp.run()
+    if not memory_only:  # the fallback's memory-only figures too
+        out = [None if type(f) is Figures and not f.timed else f for f in out]
+    return out
+
+
+__all__ = ["TIME_KEYS", "figures_many"]

@@ -1,0 +1,259 @@
+"""The inputs of :mod:`planner.simulate.vector_math` for one group of candidates: each shared
+stage looked up (or costed, on first use, by the one-layout stage functions) under its key, and
+gathered into numpy columns, one entry per candidate.
+
+Every table here is a list of numeric rows kept in the simulator's memo (one row per distinct
+key, appended on first use) and turned into an array once per group.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.costs import comms, memory, pipeline
+from planner.simulate.layers import LAYER_KEYS
+from planner.simulate.stages import DP_BUCKET_PARAMS, params_per_gpu, shared_collective_s
+from planner.simulate.vector_math import PER_LAYER, Columns
+
+if TYPE_CHECKING:
+    from planner.simulate.vector import VectorPass
+
+
+def table(memo: dict, name: str) -> np.ndarray:
+    """The memo's numeric rows ``name`` as a 2-D float array (rebuilt when rows were added)."""
+    rows = memo[name]
+    cached = memo.get((name, "array"))
+    if cached is None or len(cached) != len(rows):
+        cached = memo[name, "array"] = np.array(rows, dtype=np.float64).reshape(len(rows), -1)
+    return cached
+
+
+def mid_row(part) -> tuple[float, float, float]:  # noqa: ANN001 - a batch._Layers
+    full_one, logits = part.terms
+    return (part.act_layer, full_one, logits)
+
+
+def _new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
+    """Parameters of memory key ``mid`` on ``pp`` stages, priced from candidate ``i``."""
+    sim, memo = vp.sim, vp.memo
+    try:
+        ctx = vp.ctx(i)
+        mkey, part = memo["mid_rows"][mid]
+        stack = sim._stack(mkey, part.kinds, part.act_layer, pp, None)
+        pkey = (mkey, pp, ctx.both_ends)
+        params = sim._params.get(pkey)
+        if params is None:
+            params = sim._params[pkey] = params_per_gpu(ctx, stack)
+    except (ArithmeticError, sim_errors()):
+        return None
+    pid = memo["pid"][mid, pp] = len(memo["pid_num"])
+    bucket = min(1.0, DP_BUCKET_PARAMS / max(params.local, 1.0))
+    memo["pid_num"].append(
+        (
+            params.dense,
+            params.stage_experts,
+            params.dense_layer_params,
+            params.expert_layer_params,
+            params.local,
+            params.stage_layers,
+            bucket,
+        )
+    )
+    memo["pid_params"].append(params)
+    return pid
+
+
+def sim_errors() -> type[Exception]:
+    from planner.errors import PlannerError
+
+    return PlannerError
+
+
+def memory_inputs(vp: VectorPass, pp: int, rows: list[tuple]) -> tuple[Columns, list[tuple]]:
+    """The memory columns of ``rows`` (one pipeline depth), and the rows kept (a row whose
+    parameters could not be priced goes to the fallback)."""
+    memo = vp.memo
+    layers = vp.sim.model.layers
+    first = pipeline.layers_on_edge_stage(layers, pp) if pp > 1 else layers
+    pids, flights = memo["pid"], memo["flight"]
+    kept, mid_l, pid_l, fid_l, tix_l, shard_l, eshard_l = [], [], [], [], [], [], []
+    for row in rows:
+        i, mid, info, vpp, m, sched, tp, cp, dp, ep, etp, _a = row
+        pid = pids.get((mid, pp))
+        if pid is None:
+            pid = _new_pid(vp, mid, pp, i)
+            if pid is None:
+                vp.fallback.append(i)
+                continue
+        fk = (pp, vpp, m, sched)
+        fid = flights.get(fk)
+        if fid is None:
+            fid = flights[fk] = len(memo["flight_num"])
+            in_flight = memory.layers_in_flight(first, pp, vpp, m, sched)
+            last = sched.peak_chunks(pp - 1, pp, vpp, m) if pp > 1 else 0
+            memo["flight_num"].append((in_flight, last))
+        kept.append(row)
+        mid_l.append(mid)
+        pid_l.append(pid)
+        fid_l.append(fid)
+        tix_l.append(info.tix)
+        shard = dp * cp
+        shard_l.append(shard)
+        eshard_l.append(max(1, tp * shard // (ep * etp)))
+    mids, pidx, fidx, tix = (np.array(x, dtype=np.intp) for x in (mid_l, pid_l, fid_l, tix_l))
+    mt, pt, ft, tt = (table(memo, n) for n in ("mid_num", "pid_num", "flight_num", "tconsts"))
+    cols = Columns(
+        act=mt[mids, 0],
+        full_one=mt[mids, 1],
+        logits=mt[mids, 2],
+        dense=pt[pidx, 0],
+        experts=pt[pidx, 1],
+        dense_layer=pt[pidx, 2],
+        expert_layer=pt[pidx, 3],
+        local=pt[pidx, 4],
+        stage_layers=pt[pidx, 5],
+        bucket=pt[pidx, 6],
+        in_flight=ft[fidx, 0],
+        last_chunks=ft[fidx, 1],
+        first=first,
+        vpp=np.array([r[3] for r in kept], dtype=np.float64),
+        w_b=tt[tix, 0],
+        o_b=tt[tix, 1],
+        g_b=tt[tix, 2],
+        gather_b=tt[tix, 3],
+        shard=np.array(shard_l, dtype=np.float64),
+        eshard=np.array(eshard_l, dtype=np.float64),
+        pid=pidx,
+        tix=tix,
+    )
+    return cols, kept
+
+
+def _lid_row(t, pp1_edge: dict, keys: tuple) -> tuple:  # noqa: ANN001 - a batch._Timed
+    """Numeric row of a layer-cost key: per-layer seconds, their LAYER_KEYS sum, the edges by
+    category (embedding rank, head rank, both on one rank), the FLOPs per token."""
+    pl = t.stack.per_layer
+    s_layer = sum(pl[k] for k in LAYER_KEYS)
+    emb = [t.emb.get(k, 0.0) for k in keys]
+    head = [t.head.get(k, 0.0) for k in keys]
+    both = [pp1_edge.get(k, 0.0) for k in keys]
+    return (*(pl[k] for k in PER_LAYER), s_layer, *emb, *head, *both, *t.work)
+
+
+def _new_lid(vp: VectorPass, lk: tuple, mid: int, i: int, keys: tuple) -> int | None:
+    sim, memo = vp.sim, vp.memo
+    try:
+        ctx = vp.ctx(i)
+        mkey, part = memo["mid_rows"][mid]
+        key = (mkey, (ctx.layout.overlap_tp_comm, ctx.layout.overlap_ep_comm))
+        t = sim._timed(key, part, ctx)
+    except (ArithmeticError, sim_errors()):
+        return None
+    lid = memo["lid"][lk] = len(memo["lid_num"])
+    both = {**t.emb, **t.head}
+    memo["lid_num"].append(_lid_row(t, both, keys))
+    for known, edge in zip(memo["edge_keys"], (t.emb, t.head, both), strict=True):
+        known.update(edge)
+    memo["lid_key"].append(key)
+    return lid
+
+
+def _pp_send(vp: VectorPass, lid: int, i: int) -> float | None:
+    try:
+        ctx = vp.ctx(i)
+        return vp.sim._pp_send(vp.memo["lid_key"][lid], ctx)
+    except (ArithmeticError, sim_errors()):
+        return None
+
+
+def _collectives(vp: VectorPass, pid: int, zero: int, row: tuple, g_b: float, ga_b: float):  # noqa: ANN202
+    """(first, second) raw DP collective seconds of ``stages.dp_traffic``: ZeRO-3 (all-gather,
+    reduce-scatter) per step's units; ZeRO 0 (all-reduce, 0); ZeRO 1/2 (reduce-scatter,
+    all-gather)."""
+    sim = vp.sim
+    params = vp.memo["pid_params"][pid]
+    _i, _mid, _info, _vpp, _m, _sched, tp, cp, dp, ep, etp, _a = row
+    domain = sim.fabric.domain_gpus
+    dp_group = comms.place(dp * cp, tp, domain)
+    edp = max(1, tp * dp * cp // (ep * etp))
+    edp_group = comms.place(edp, ep * etp, domain)
+    ns = SimpleNamespace(shared=sim._shared, fabric=sim.fabric)
+    dense_p = params.dense
+
+    def coll(kind: comms.Collective, nbytes_per_param: float, units: float = 1.0) -> float:
+        return shared_collective_s(
+            ns, kind, dense_p * nbytes_per_param / units, dp_group
+        ) + shared_collective_s(
+            ns, kind, params.stage_experts * nbytes_per_param / units, edp_group
+        )
+
+    if zero >= 3:
+        units = max(params.stage_layers, 1.0)
+        return units * coll("all_gather", ga_b, units), units * coll("reduce_scatter", g_b, units)
+    if zero == 0:
+        return coll("all_reduce", g_b), 0.0
+    return coll("reduce_scatter", g_b), coll("all_gather", ga_b)
+
+
+def time_inputs(
+    vp: VectorPass, pp: int, zero: int, rows: list[tuple], mem: Columns, keys: tuple
+) -> Columns | None:
+    """The time columns of the timed ``rows`` (``mem``: their memory columns); None when a
+    shared stage could not be costed (the rows then go to the fallback)."""
+    memo = vp.memo
+    lids, pps, colls = memo["lid"], memo["pp_s"], memo["coll"]
+    tt = table(memo, "tconsts")
+    lid_l, pps_l, c1_l, c2_l, flags = [], [], [], [], []
+    for row, pid, tix in zip(rows, mem.pid.tolist(), mem.tix.tolist(), strict=True):
+        i, mid, _info, vpp, m, _sched, tp, cp, dp, _ep, _etp, a = row
+        lk = (mid, a["overlap_tp_comm"], a["overlap_ep_comm"])
+        lid = lids.get(lk)
+        if lid is None:
+            lid = _new_lid(vp, lk, mid, i, keys)
+            if lid is None:
+                return None
+        sk = (lid, pp, vpp, a["pp_scatter_gather"], tp * cp * dp)
+        pp_s = pps.get(sk)
+        if pp_s is None:
+            pp_s = _pp_send(vp, lid, i)
+            if pp_s is None:
+                return None
+            pps[sk] = pp_s
+        g_b, ga_b = tt[tix, 2], tt[tix, 3]
+        ck = (pid, zero, dp, cp, g_b, ga_b)
+        c = colls.get(ck)
+        if c is None:
+            c = colls[ck] = _collectives(vp, pid, zero, row, float(g_b), float(ga_b))
+        lid_l.append(lid)
+        pps_l.append(pp_s)
+        c1_l.append(c[0])
+        c2_l.append(c[1])
+        flags.append(
+            (
+                m,
+                a["overlap_dp_grad_reduce"],
+                a["overlap_zero3_param_gather"],
+                tp * cp * dp * pp,
+                dp * cp,
+            )
+        )
+    lt = table(memo, "lid_num")
+    f = np.array(flags, dtype=np.float64).reshape(len(rows), 5)
+    return Columns(
+        lid=lt[np.array(lid_l, dtype=np.intp)],
+        pp_s=np.array(pps_l, dtype=np.float64),
+        c1=np.array(c1_l, dtype=np.float64),
+        c2=np.array(c2_l, dtype=np.float64),
+        m=f[:, 0],
+        odp=f[:, 1] > 0,
+        oz3=f[:, 2] > 0,
+        gpus=f[:, 3],
+        dpcp=f[:, 4],
+        consts=tt[mem.tix],
+        keys=keys,
+        edge_keys=tuple(frozenset(k) for k in memo["edge_keys"]),
+        contention=vp.sim.fabric.overlap_contention,
+    )

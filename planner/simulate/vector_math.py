@@ -1,0 +1,177 @@
+"""The per-candidate arithmetic of ``simulate_step`` over numpy columns: the memory peak
+(step.memory_peak, memory.state_bytes), the data-parallel exposure (stages.dp_traffic), the
+rank costs (stages.rank_costs, whose ``stage_categories`` runs here on arrays as it is), the
+1F1B / interleaved pipeline, the AdamW step and the utilisation (step.step_times,
+step.utilisation), each in the operation order of the one-layout path so that every figure is
+the same float. One call covers the candidates of one pipeline depth and ZeRO stage, under a
+looped schedule (planner/simulate/vector.py routes the rest to the one-layout path).
+
+Columns are float64 arrays with one entry per candidate; seconds, bytes and GiB as in the
+functions they replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from planner.costs import memory, pipeline
+from planner.simulate.layers import LAYER_KEYS
+from planner.simulate.stages import stage_categories
+
+
+class Columns:
+    """Named columns (numpy arrays, or scalars shared by every candidate)."""
+
+    def __init__(self, **cols: Any) -> None:
+        self.__dict__.update(cols)
+
+    def take(self, idx: np.ndarray) -> Columns:
+        """The columns of the candidates ``idx`` (scalars kept as they are)."""
+        return Columns(
+            **{k: v[idx] if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()}
+        )
+
+
+def memory_columns(c: Columns, pp: int, zero: int, reshard: bool) -> Columns:
+    """``memory_peak`` of every candidate: ``table`` (GiB by category, MEM_KEYS order),
+    ``total`` (their sum), ``stage`` (0 first, 1 last, 2 only)."""
+    activations = c.act * c.in_flight
+    activations = activations + c.full_one  # 0 unless full recompute (activation_terms)
+    if zero >= 3 and reshard:
+        gathered, unreduced = c.dense_layer + c.expert_layer, 0.0
+    elif zero >= 3:
+        gathered = unreduced = c.local
+    else:
+        gathered = unreduced = 0.0
+
+    def split(params: np.ndarray, n: np.ndarray) -> tuple:
+        w = params * c.w_b
+        g = params * c.g_b
+        o = params * c.o_b
+        if zero >= 3:
+            w = w / n
+        if zero >= 2:
+            g = g / n
+        if zero >= 1:
+            o = o / n
+        return w, g, o
+
+    wd, gd, od = split(c.dense, c.shard)
+    we, ge, oe = split(c.experts, c.eshard)
+    gathered_b = gathered * c.gather_b if zero >= 3 else 0.0
+    unreduced_b = unreduced * c.w_b if zero >= 3 else 0.0
+    weights, grads, opt = wd + we + gathered_b, gd + ge + unreduced_b, od + oe
+    if pp > 1:
+        last_act = c.act * c.first / c.vpp * c.last_chunks
+        last_total = last_act + c.logits
+        first = activations >= last_total
+        act_peak = np.where(first, activations, last_act)
+        logit_peak = np.where(first, 0.0, c.logits)
+        stage = np.where(first, 0, 1)
+    else:
+        act_peak, logit_peak = activations, c.logits
+        stage = np.full(len(activations), 2)
+    overhead = memory.OVERHEAD_FIXED_BYTES + memory.OVERHEAD_ACTIVATION_FRACTION * act_peak
+    g = memory.GIB
+    parts = [weights / g, grads / g, opt / g, act_peak / g, logit_peak / g, overhead / g]
+    n = len(activations)
+    parts = [np.broadcast_to(p, (n,)) for p in parts]
+    total = parts[0] + parts[1] + parts[2] + parts[3] + parts[4] + parts[5]
+    return Columns(table=np.column_stack(parts), total=total, stage=stage)
+
+
+def exposed(comm: np.ndarray, window: np.ndarray, contention: float, frac: Any = 0.0) -> Any:
+    """``comms.exposed_time_s`` elementwise."""
+    e = np.maximum(np.maximum(comm - window, comm * frac), 0.0)
+    return np.where(comm <= 0.0, 0.0, e + contention * (comm - e))
+
+
+def dp_columns(c: Columns, t: Columns, pl: dict, zero: int, reshard: bool) -> tuple:
+    """(exposed DP seconds per micro-batch, per step) of ``stages.dp_traffic``; ``t.c1`` and
+    ``t.c2`` are its raw collectives (planner/simulate/vector_keys.py)."""
+    cont = t.contention
+    stage_fwd = c.stage_layers * pl["fwd"]
+    stage_bwd = c.stage_layers * (pl["bwd"] + pl["recompute"])
+    if zero >= 3:
+        ag, rs = t.c1, t.c2
+        units = np.maximum(c.stage_layers, 1.0)
+        if not reshard:
+            gather = np.where(t.oz3, exposed(ag, stage_fwd, cont) + ag / units, ag)
+            return 0.0, gather + rs
+        first_layer = ag / np.maximum(c.stage_layers, 1.0)
+        fwd = exposed(ag, stage_fwd, cont)
+        hidden = fwd + exposed(ag + rs, stage_bwd, cont) + first_layer
+        return np.where(t.oz3, hidden, 2 * ag + rs), 0.0
+    reduce = np.where(t.odp, exposed(t.c1, stage_bwd, cont, c.bucket), t.c1)
+    gather = np.where(t.odp, exposed(t.c2, stage_fwd, cont, c.bucket), t.c2)
+    if zero == 2:
+        several = t.m > 1
+        return np.where(several, reduce, 0.0), np.where(several, gather, reduce + gather)
+    return 0.0, reduce + gather
+
+
+def time_columns(c: Columns, t: Columns, pp: int, zero: int, reshard: bool, layers: int) -> Columns:
+    """Step time of every candidate: ``table`` (the time breakdown, TIME_KEYS order) and
+    ``scalars`` (step s, tokens/s, MFU %, HFU %, model FLOPs per token, GPUs)."""
+    keys, lid = t.keys, t.lid
+    nk = len(PER_LAYER)
+    pl = {k: lid[:, j] for j, k in enumerate(PER_LAYER)}
+    s_layer = lid[:, nk]
+    ncat = len(keys)
+    edges = [
+        {k: lid[:, nk + 1 + e * ncat + j] for j, k in enumerate(keys) if k in t.edge_keys[e]}
+        for e in range(3)
+    ]
+    emb, head, both = edges
+    per_mb, dp_step = dp_columns(c, t, pl, zero, reshard)
+
+    def stage(n_layers: int, edge: dict) -> dict:
+        return stage_categories(n_layers, pl, t.pp_s, per_mb, edge)
+
+    if pp == 1:
+        stages = [stage(layers, both)]
+        extra = 0.0
+    else:
+        edge_layers = pipeline.layers_on_edge_stage(layers, pp)
+        stages = [stage(edge_layers, emb), stage(edge_layers, head)]
+        extra = 0.0
+        if pp > 2:
+            stages.append(stage(pipeline.layers_on_bottleneck_stage(layers, pp), {}))
+            middle = layers - 2 * edge_layers
+            extra = middle * s_layer + (pp - 2) * (t.pp_s + per_mb)
+    totals = [sum(s.values()) for s in stages]
+    k, best = np.zeros(len(s_layer), dtype=np.intp), totals[0]
+    for j in range(1, len(totals)):
+        better = totals[j] > best
+        k = np.where(better, j, k)
+        best = np.where(better, totals[j], best)
+    t_sum = totals[0] + (totals[1] if pp > 1 else 0.0) + extra
+    m = t.m
+    steady = m * best
+    bubble = np.maximum(t_sum - best, 0.0) / c.vpp
+    adam_b, ops, adam_bps, host, tokens, peak = (t.consts[:, j] for j in range(4, 10))
+    owned = c.local / t.dpcp if zero >= 1 else c.local
+    gpu = owned * adam_b / adam_bps
+    issue = ops * host
+    optimizer = np.where(issue > gpu, issue, gpu)
+    n = len(s_layer)
+    cols = []
+    for cat in keys:
+        value = stages[0][cat]
+        for j in range(1, len(stages)):
+            value = np.where(k == j, stages[j][cat], value)
+        cols.append(np.broadcast_to(value * m, (n,)))
+    cols[keys.index("dp_comm")] = cols[keys.index("dp_comm")] + dp_step
+    cols += [np.broadcast_to(bubble, (n,)), optimizer]
+    step = steady + bubble + dp_step + optimizer
+    tps = tokens / step
+    mf, hw = lid[:, -2], lid[:, -1]
+    mfu = 100.0 * mf * tps / (t.gpus * peak)
+    hfu = 100.0 * hw * tps / (t.gpus * peak)
+    scalars = np.column_stack([step, tps, mfu, hfu, mf, t.gpus])
+    return Columns(table=np.column_stack(cols), scalars=scalars)
+
+
+PER_LAYER = (*LAYER_KEYS, "fwd", "bwd")
