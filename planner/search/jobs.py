@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from planner.errors import pydantic_error_to_planner
 from planner.search.budget import Deadline
 from planner.search.evaluate import Evaluated, Evaluator, rank
-from planner.search.exhaustive import count_candidates, exhaustive
+from planner.search.exhaustive import count_candidates, exhaustive, gc_paused
 from planner.search.space import SearchSpace, check_schedules, stack_space
 from planner.specs.layout import Training
 from planner.specs.stack import StackSpec
@@ -104,17 +104,18 @@ def count_jobs(
     that are not counted). Up to KEEP_CANDIDATES in all, each job keeps the candidates it
     counted (``job.candidates``) so that exhaustive search does not enumerate them again."""
     sizes: list[int] = []
-    for job in jobs:
-        left = limit - sum(sizes)
-        job.candidates.clear()
-        room = max(0, KEEP_CANDIDATES - sum(sizes))
-        sizes.append(
-            count_candidates(
-                evaluator, job.training, job.space, left, deadline, job.candidates, room
+    with gc_paused():
+        for job in jobs:
+            left = limit - sum(sizes)
+            job.candidates.clear()
+            room = max(0, KEEP_CANDIDATES - sum(sizes))
+            sizes.append(
+                count_candidates(
+                    evaluator, job.training, job.space, left, deadline, job.candidates, room
+                )
             )
-        )
-        if sum(sizes) > limit:
-            break
+            if sum(sizes) > limit:
+                break
     return sizes
 
 
@@ -128,12 +129,13 @@ def run_exhaustive(
     """Every job enumerated in full (``sizes``: their counts), ranked together; ``progress``
     sees one count over all of them."""
     total, done, ranked = sum(sizes), 0, []
-    for job, size in zip(jobs, sizes, strict=True):
-        report = (lambda i, d=done: progress(d + i, total)) if progress and total else None
-        kept = job.candidates if len(job.candidates) == size else None
-        ranked += exhaustive(evaluator, job.training, job.space, report, deadline, kept)
-        done += size
-    return rank(ranked)
+    with gc_paused():
+        for job, size in zip(jobs, sizes, strict=True):
+            report = (lambda i, d=done: progress(d + i, total)) if progress and total else None
+            kept = job.candidates if len(job.candidates) == size else None
+            ranked += exhaustive(evaluator, job.training, job.space, report, deadline, kept)
+            done += size
+        return rank(ranked)
 
 
 def run_optuna(

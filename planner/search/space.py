@@ -19,8 +19,9 @@ rule in rule order takes the count.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args, get_origin
 
@@ -29,6 +30,7 @@ from planner.errors import PlannerError
 from planner.legality import SEARCH_RULES, Candidate, Rule, check_layout
 from planner.schedules import SCHEDULES, default_schedule_name
 from planner.search.budget import NO_DEADLINE, Deadline
+from planner.simulate.copying import quick_copy
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -421,6 +423,8 @@ def legal_layouts(
         (tp, ep): tuple(dict.fromkeys(_collapse(k, tp, ep) for k in knobs))
         for tp, ep in itertools.product((1, 2), (1, 2))
     }
+    fields = {k: _knob_fields(k) for ks in distinct.values() for k in ks}
+    verdict = _knob_verdicts(model, cluster)
     trainings: dict[tuple[int, str], Training] = {}
     for s in structures(model, cluster, training, space, deadline):
         base = _layout(s, knobs[0]) if knobs else None
@@ -432,13 +436,44 @@ def legal_layouts(
             # the knobs are switches and a ZeRO stage, which the Layout validator does not
             # read (it checks the world size and the schedule's chunk count, the structure's):
             # one validated Layout per structure, copied with each knob setting
-            layout = base.model_copy(update=_knob_fields(k))
+            layout = quick_copy(base, fields[k])
             key = (s.gpus, layout, tr)
-            broken = _broken(KNOB_RULES, Candidate(model, cluster, layout, tr, s.gpus))
+            broken = verdict(s.gpus, layout, tr)
             if broken:
                 space.rejected[broken] += 1
                 continue
             yield key
+
+
+def _knob_verdicts(
+    model: ModelSpec, cluster: Cluster
+) -> Callable[[int, Layout, Training], str | None]:
+    """``(gpus, layout, training) -> the first knob rule broken`` (None: none), each answer
+    kept under the values the knob rules read (``Rule.reads``: Layout and Training fields and
+    the GPU count), so that a search asks each rule once per distinct combination."""
+    reads = sorted(set().union(*(r.reads for r in KNOB_RULES)))
+    on_layout = [f for f in reads if f in Layout.model_fields]
+    on_training = [f for f in reads if f in Training.model_fields]
+    if set(on_layout) | set(on_training) | {"gpus"} < set(reads):  # pragma: no cover
+        return lambda gpus, layout, tr: _broken(
+            KNOB_RULES, Candidate(model, cluster, layout, tr, gpus)
+        )
+    of_layout = operator.itemgetter(*on_layout) if on_layout else lambda d: ()
+    of_training = operator.itemgetter(*on_training) if on_training else lambda d: ()
+    gpus_read = "gpus" in reads
+    known: dict[tuple, str | None] = {}
+
+    def verdict(gpus: int, layout: Layout, tr: Training) -> str | None:
+        key = (of_layout(layout.__dict__), of_training(tr.__dict__), gpus if gpus_read else 0)
+        out = known.get(key, _UNSEEN)
+        if out is _UNSEEN:
+            out = known[key] = _broken(KNOB_RULES, Candidate(model, cluster, layout, tr, gpus))
+        return out
+
+    return verdict
+
+
+_UNSEEN = object()
 
 
 def assert_legal(

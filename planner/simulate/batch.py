@@ -93,7 +93,7 @@ _Peak = tuple[dict[str, float], str, float, "Params"]  # memory_peak's GiB, rank
 VECTOR_DICTS = ("training", "layer_training", "update", "mid", "schedule", "pid", "flight")
 VECTOR_DICTS += ("lid", "pp_s", "coll")
 VECTOR_LISTS = ("mid_rows", "mid_num", "pid_num", "pid_params", "flight_num", "tconsts")
-VECTOR_LISTS += ("lid_num", "lid_key")
+VECTOR_LISTS += ("lid_num", "lid_key", "pid_key")
 
 
 def memory_key(layout: Layout, training: Training) -> tuple:

@@ -24,11 +24,12 @@ from planner.costs import elementwise, memory
 from planner.schedules import SCHEDULES, OneF1B, default_schedule_name
 from planner.simulate import batch as _batch
 from planner.simulate.batch import BatchSimulator, Figures
+from planner.simulate.copying import quick_copy
 from planner.simulate.stages import stage_categories
 from planner.simulate.vector_keys import memory_inputs, mid_row, time_inputs
 from planner.simulate.vector_math import PER_LAYER, Columns, memory_columns, time_columns
 from planner.specs.layout import Layout, Training
-from planner.stacks import layout_defaults, reserved_peak_gib, stack_training
+from planner.stacks import layout_defaults, reserved_peak_gib, stack_training, stack_violation
 
 Candidate = tuple[int, Layout, Training]
 # Python 3.12 sums floats with compensation: the elementwise sums would then differ
@@ -81,6 +82,8 @@ class VectorPass:
         self.memo = sim._vector_memo()
         self.default_keys = tuple(layout_defaults(sim.stack, Layout())) if sim.stack else ()
         self.memory_only_figures = True
+        self.last_ctx: tuple = (-1, None)
+        self.row_of: dict[int, tuple] = {}  # candidate -> its row, for a cache miss
 
     # ---- per candidate ------------------------------------------------------------------
     def training(self, training: Training) -> _TrainingInfo:
@@ -108,12 +111,13 @@ class VectorPass:
             memo[id(training)] = info
         return info
 
-    def applied(self, layout: Layout) -> dict:
-        """The layout's field values under the stack (``stack_layout``'s, without a copy)."""
+    def applied(self, layout: Layout) -> tuple[dict, dict]:
+        """The layout's field values under the stack (``stack_layout``'s, without a copy), and
+        the update ``stack_layout`` makes."""
         d = layout.__dict__
         stack = self.sim.stack
         if stack is None:
-            return d
+            return d, {}
         fs = layout.__pydantic_fields_set__
         # what layout_defaults reads (sequence parallelism, tp > 1, pp > 1) and which of its
         # fields the layout sets
@@ -125,7 +129,7 @@ class VectorPass:
             set_fields = layout.__pydantic_fields_set__
             wanted = layout_defaults(stack, layout)
             update = memo[sig] = {k: v for k, v in wanted.items() if k not in set_fields}
-        return {**d, **update} if update else d
+        return ({**d, **update} if update else d), update
 
     def prepare(self) -> None:
         """Key every candidate and put it in its (pp, ZeRO, ...) group, or in ``fallback``."""
@@ -138,12 +142,14 @@ class VectorPass:
                 self.fallback.append(i)
                 continue
             tr = info.applied
-            a = self.applied(layout)
+            a, update = self.applied(layout)
+            self.row_of[i] = (i, -1, info, 0, 0, None, 0, 0, 0, 0, 0, a, update)
             vkey = (_VIOLATION(a), tr.recompute, tr.precision)
-            if sim.stack is not None and violations.get(vkey, _batch._UNKNOWN) is not None:
-                try:  # unknown: checked (and kept) by the one-layout path's first step
-                    sim._applied(layout, training)
-                except _batch.PlannerError:
+            if sim.stack is not None:
+                err = violations.get(vkey, _batch._UNKNOWN)
+                if err is _batch._UNKNOWN:  # the one-layout path's check, kept under its key
+                    err = violations[vkey] = stack_violation(sim.stack, self.layout(i), tr)
+                if err is not None:
                     self.fallback.append(i)
                     continue
             tp, cp, dp, pp, ep = a["tp"], a["cp"], a["dp"], a["pp"], a["ep"]
@@ -165,18 +171,25 @@ class VectorPass:
                     self.fallback.append(i)
                     continue
             m = training.global_batch // (training.micro_batch * dp)
-            row = (i, mid, info, vpp, m, sched, tp, cp, dp, ep, expert_tp, a)
+            row = (i, mid, info, vpp, m, sched, tp, cp, dp, ep, expert_tp, a, update)
+            self.row_of[i] = row
             gk = (pp, a["zero"], a["zero3_reshard_after_forward"])
             group = self.groups.get(gk)
             if group is None:
                 group = self.groups[gk] = []
             group.append(row)
 
+    def layout(self, i: int) -> Layout:
+        """Candidate ``i``'s Layout under the stack (``stack_layout``'s copy)."""
+        layout, update = self.cands[i][1], self.row_of[i][12]
+        return quick_copy(layout, update) if update else layout
+
     def ctx(self, i: int):  # noqa: ANN201 - a stages.Context
         """The Context of candidate ``i`` (the one-layout path's), for a cache miss."""
-        _gpus, layout, training = self.cands[i]
-        layout, training = self.sim._applied(layout, training)
-        return self.sim._context(layout, training)
+        if self.last_ctx[0] != i:
+            layout = self.layout(i)
+            self.last_ctx = (i, self.sim._context(layout, self.row_of[i][2].applied))
+        return self.last_ctx[1]
 
     def new_mid(self, mk: tuple, i: int) -> int | None:
         """Intern a memory key, costing its layer memory from candidate ``i``; None: refused."""

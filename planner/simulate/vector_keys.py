@@ -63,6 +63,7 @@ def _new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
         )
     )
     memo["pid_params"].append(params)
+    memo["pid_key"].append((params.dense, params.stage_experts, params.stage_layers))
     return pid
 
 
@@ -81,7 +82,7 @@ def memory_inputs(vp: VectorPass, pp: int, rows: list[tuple]) -> tuple[Columns, 
     pids, flights = memo["pid"], memo["flight"]
     kept, mid_l, pid_l, fid_l, tix_l, shard_l, eshard_l = [], [], [], [], [], [], []
     for row in rows:
-        i, mid, info, vpp, m, sched, tp, cp, dp, ep, etp, _a = row
+        i, mid, info, vpp, m, sched, tp, cp, dp, ep, etp, _a, _u = row
         pid = pids.get((mid, pp))
         if pid is None:
             pid = _new_pid(vp, mid, pp, i)
@@ -161,10 +162,20 @@ def _new_lid(vp: VectorPass, lk: tuple, mid: int, i: int, keys: tuple) -> int | 
     return lid
 
 
-def _pp_send(vp: VectorPass, lid: int, i: int) -> float | None:
+def _pp_send(
+    vp: VectorPass, lid: int, i: int, pp: int, vpp: int, psg: bool, dp: int
+) -> float | None:
+    """``stages.pp_send_s`` of candidate ``i`` (layer-cost key ``lid``), under the simulator's
+    own key when it has it: (layer key, pp, vpp, scatter/gather, the PP group's placement)."""
+    sim = vp.sim
+    _i, mid, _info, _vpp, _m, _sched, tp, cp, *_rest = vp.row_of[i]
+    group = comms.place(pp, tp * cp * dp, sim.fabric.domain_gpus)
+    found = sim._pp_s.get((vp.memo["lid_key"][lid], pp, vpp, psg, group))
+    if found is not None:
+        return found
     try:
         ctx = vp.ctx(i)
-        return vp.sim._pp_send(vp.memo["lid_key"][lid], ctx)
+        return sim._pp_send(vp.memo["lid_key"][lid], ctx)
     except (ArithmeticError, sim_errors()):
         return None
 
@@ -175,7 +186,7 @@ def _collectives(vp: VectorPass, pid: int, zero: int, row: tuple, g_b: float, ga
     all-gather)."""
     sim = vp.sim
     params = vp.memo["pid_params"][pid]
-    _i, _mid, _info, _vpp, _m, _sched, tp, cp, dp, ep, etp, _a = row
+    _i, _mid, _info, _vpp, _m, _sched, tp, cp, dp, ep, etp, _a, _u = row
     domain = sim.fabric.domain_gpus
     dp_group = comms.place(dp * cp, tp, domain)
     edp = max(1, tp * dp * cp // (ep * etp))
@@ -206,27 +217,30 @@ def time_inputs(
     memo = vp.memo
     lids, pps, colls = memo["lid"], memo["pp_s"], memo["coll"]
     tt = table(memo, "tconsts")
+    tt_l = memo["tconsts"]
+    pnum = memo["pid_key"]
     lid_l, pps_l, c1_l, c2_l, flags = [], [], [], [], []
     for row, pid, tix in zip(rows, mem.pid.tolist(), mem.tix.tolist(), strict=True):
-        i, mid, _info, vpp, m, _sched, tp, cp, dp, _ep, _etp, a = row
+        i, mid, _info, vpp, m, _sched, tp, cp, dp, _ep, _etp, a, _u = row
         lk = (mid, a["overlap_tp_comm"], a["overlap_ep_comm"])
         lid = lids.get(lk)
         if lid is None:
             lid = _new_lid(vp, lk, mid, i, keys)
             if lid is None:
                 return None
-        sk = (lid, pp, vpp, a["pp_scatter_gather"], tp * cp * dp)
+        sk = (lid, pp, vpp, a["pp_scatter_gather"], tp * cp * dp)  # the PP group's stride
         pp_s = pps.get(sk)
         if pp_s is None:
-            pp_s = _pp_send(vp, lid, i)
+            pp_s = _pp_send(vp, lid, i, pp, vpp, a["pp_scatter_gather"], dp)
             if pp_s is None:
                 return None
             pps[sk] = pp_s
-        g_b, ga_b = tt[tix, 2], tt[tix, 3]
-        ck = (pid, zero, dp, cp, g_b, ga_b)
+        g_b, ga_b = tt_l[tix][2], tt_l[tix][3]
+        # what dp_traffic's collectives read: the parameters, the groups, the bytes
+        ck = (pnum[pid], zero, dp, cp, tp, row[9], row[10], g_b, ga_b)
         c = colls.get(ck)
         if c is None:
-            c = colls[ck] = _collectives(vp, pid, zero, row, float(g_b), float(ga_b))
+            c = colls[ck] = _collectives(vp, pid, zero, row, g_b, ga_b)
         lid_l.append(lid)
         pps_l.append(pp_s)
         c1_l.append(c[0])

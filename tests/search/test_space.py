@@ -20,7 +20,7 @@ from planner.search.space import (
     schedule_choices,
     structures,
 )
-from planner.specs.layout import Training
+from planner.specs.layout import Layout, Training
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +260,17 @@ def test_search_knobs_are_spec_fields_with_the_specs_choices():
         assert set(getattr(space, f.name)) <= set(field_choices(spec, f.name)), f.name
     assert space.recompute == field_choices(Training, "recompute")
     assert space.zero == field_choices(Layout, "zero")
+
+
+def test_quick_copy_is_model_copy() -> None:
+    """The generator's copy of a structure's Layout with each knob setting is pydantic's."""
+    from planner.simulate.copying import quick_copy
+
+    base = Layout(tp=2, pp=2, dp=2, vpp=2)
+    update = {"zero": 1, "sequence_parallel": True, "overlap_tp_comm": True}
+    got, want = quick_copy(base, update), base.model_copy(update=update)
+    assert got == want and hash(got) == hash(want)
+    assert got.model_fields_set == want.model_fields_set
+    assert got.__pydantic_extra__ == want.__pydantic_extra__
+    assert got.__pydantic_private__ == want.__pydantic_private__
+    assert base.zero == 0 and "zero" not in base.model_fields_set
