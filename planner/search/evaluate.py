@@ -14,7 +14,7 @@ from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.simulate import simulate_step
-from planner.simulate.batch import BatchSimulator, Figures
+from planner.simulate.batch import Figures, shared_simulator
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -106,7 +106,7 @@ class Evaluator:
             raise PlannerError("tokens", "time_to_train needs a token budget", "--tokens > 0")
         if not 0.0 <= self.memory_headroom < 1.0:
             raise PlannerError("memory_headroom", f"{self.memory_headroom}", "0 <= x < 1")
-        self.sim = BatchSimulator(self.model, self.cluster, self.profile, self.stack)
+        self.sim = shared_simulator(self.model, self.cluster, self.profile, self.stack)
 
     def score(self, report: StepReport | Figures) -> float:
         """Objective value, oriented so that higher is better."""
@@ -203,4 +203,14 @@ class Evaluator:
 
 def rank(results: Iterable[Evaluated]) -> list[Evaluated]:
     """Best first, feasible candidates before the rest: the order every method returns."""
-    return sorted(results, key=lambda e: (not e.feasible, -e.score))
+    # two stable sorts by score, highest first: the order of the key (not feasible, -score),
+    # ties kept in their given order, with float comparisons only
+    feasible, rest = [], []
+    for e in results:
+        (feasible if e.feasible else rest).append(e)
+    feasible.sort(key=_SCORE, reverse=True)
+    rest.sort(key=_SCORE, reverse=True)
+    return feasible + rest
+
+
+_SCORE = operator.attrgetter("score")

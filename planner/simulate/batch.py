@@ -17,6 +17,7 @@ plan, notes and placement) is built by ``simulate_step`` only for the layouts a 
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -100,6 +101,33 @@ def memory_key(layout: Layout, training: Training) -> tuple:
     """The key of what the memory reads of the layers: the layout's memory fields, its expert
     TP and the training fields (the TP, CP and EP groups follow from these on one cluster)."""
     return (_MEMORY_LAYOUT(layout), layout.expert_tp, _LAYER_TRAINING(training))
+
+
+# the simulators of this thread's last searches (shared_simulator): a search that follows
+# another on the same specs (a sweep's next global batch, a knob changed in the app) reuses
+# every stage already costed; per thread, so that no two searches share one at once
+KEEP_SIMULATORS = 2
+_RECENT = threading.local()
+
+
+def shared_simulator(
+    model: ModelSpec,
+    cluster: Cluster,
+    profile: CalibrationProfile,
+    stack: StackSpec | None = None,
+) -> BatchSimulator:
+    """A BatchSimulator of these specs: this thread's from a recent call with the very same
+    spec objects (specs are frozen, so its cached stages still hold), else a new one (the
+    KEEP_SIMULATORS most recent are kept)."""
+    recent: list = getattr(_RECENT, "sims", None) or []
+    for k, sim in enumerate(recent):
+        same = sim.model is model and sim.cluster is cluster and sim.profile is profile
+        if same and sim.stack is stack:
+            recent.insert(0, recent.pop(k))
+            return sim
+    sim = BatchSimulator(model, cluster, profile, stack)
+    _RECENT.sims = [sim, *recent][:KEEP_SIMULATORS]
+    return sim
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,14 @@ from planner.simulate import batch as _batch
 from planner.simulate.batch import BatchSimulator, Figures
 from planner.simulate.copying import quick_copy
 from planner.simulate.stages import stage_categories
-from planner.simulate.vector_keys import memory_inputs, mid_row, time_inputs
+from planner.simulate.vector_keys import (
+    ROW,
+    memory_inputs,
+    mid_row,
+    new_flight,
+    new_pid,
+    time_inputs,
+)
 from planner.simulate.vector_math import PER_LAYER, Columns, memory_columns, time_columns
 from planner.specs.layout import Layout, Training
 from planner.stacks import layout_defaults, reserved_peak_gib, stack_training, stack_violation
@@ -122,7 +129,7 @@ class VectorPass:
         # what layout_defaults reads (sequence parallelism, tp > 1, pp > 1) and which of its
         # fields the layout sets
         keys = self.default_keys
-        sig = (*(k in fs for k in keys), d["sequence_parallel"], d["tp"] > 1, d["pp"] > 1)
+        sig = (*map(fs.__contains__, keys), d["sequence_parallel"], d["tp"] > 1, d["pp"] > 1)
         memo = self.memo["update"]
         update = memo.get(sig)
         if update is None:
@@ -132,9 +139,10 @@ class VectorPass:
         return ({**d, **update} if update else d), update
 
     def prepare(self) -> None:
-        """Key every candidate and put it in its (pp, ZeRO, ...) group, or in ``fallback``."""
+        """Key every candidate and put its row (ROW fields) in its (pp, ZeRO, ZeRO-3 reshard)
+        group, or the candidate in ``fallback``."""
         sim, memo = self.sim, self.memo
-        violations, mids, schedules = sim._violations, memo["mid"], memo["schedule"]
+        violations, mids, pids, flights = sim._violations, memo["mid"], memo["pid"], memo["flight"]
         covered_python = COVERED_PYTHON
         for i, (_gpus, layout, training) in enumerate(self.cands):
             info = self.training(training)
@@ -143,9 +151,9 @@ class VectorPass:
                 continue
             tr = info.applied
             a, update = self.applied(layout)
-            self.row_of[i] = (i, -1, info, 0, 0, None, 0, 0, 0, 0, 0, a, update)
-            vkey = (_VIOLATION(a), tr.recompute, tr.precision)
+            self.row_of[i] = (info, update)
             if sim.stack is not None:
+                vkey = (_VIOLATION(a), tr.recompute, tr.precision)
                 err = violations.get(vkey, _batch._UNKNOWN)
                 if err is _batch._UNKNOWN:  # the one-layout path's check, kept under its key
                     err = violations[vkey] = stack_violation(sim.stack, self.layout(i), tr)
@@ -155,40 +163,51 @@ class VectorPass:
             tp, cp, dp, pp, ep = a["tp"], a["cp"], a["dp"], a["pp"], a["ep"]
             expert_tp = tp if (dp * cp) % ep == 0 else 1
             vpp = a["vpp"] or 1
-            sk = (a["schedule"], vpp)
-            sched = schedules.get(sk)
-            if sched is None:
-                name = a["schedule"] or default_schedule_name(a["vpp"])
-                sched = schedules[sk] = SCHEDULES[name]
+            sched = self.schedule(a["schedule"], a["vpp"])
             if pp > 1 and (sched.placement != "loop" or type(sched).bubble_s is not _LOOP):
                 self.fallback.append(i)
                 continue
             mk = (_MEMORY(a), expert_tp, info.layer_id)
             mid = mids.get(mk)
-            if mid is None:
-                mid = self.new_mid(mk, i)
-                if mid is None:
-                    self.fallback.append(i)
-                    continue
+            if mid is None and (mid := self.new_mid(mk, i)) is None:
+                self.fallback.append(i)
+                continue
+            pid = pids.get((mid, pp))
+            if pid is None and (pid := new_pid(self, mid, pp, i)) is None:
+                self.fallback.append(i)
+                continue
             m = training.global_batch // (training.micro_batch * dp)
-            row = (i, mid, info, vpp, m, sched, tp, cp, dp, ep, expert_tp, a, update)
-            self.row_of[i] = row
+            fid = flights.get((pp, vpp, m, sched))
+            if fid is None:
+                fid = new_flight(memo, sim.model.layers, pp, vpp, m, sched)
             gk = (pp, a["zero"], a["zero3_reshard_after_forward"])
             group = self.groups.get(gk)
             if group is None:
                 group = self.groups[gk] = []
-            group.append(row)
+            group.append(
+                (i, mid, pid, fid, info.tix, vpp, m, tp, cp, dp, ep, expert_tp,
+                 a["overlap_dp_grad_reduce"], a["overlap_zero3_param_gather"],
+                 a["pp_scatter_gather"], a["overlap_tp_comm"], a["overlap_ep_comm"])
+            )  # fmt: skip
+
+    def schedule(self, name: str | None, vpp: int | None):  # noqa: ANN201 - a Schedule
+        """The schedule a layout of ``schedule`` ``name`` and ``vpp`` runs (schedule_of's)."""
+        found = self.memo["schedule"].get((name, vpp))
+        if found is None:
+            found = SCHEDULES[name or default_schedule_name(vpp)]
+            self.memo["schedule"][name, vpp] = found
+        return found
 
     def layout(self, i: int) -> Layout:
         """Candidate ``i``'s Layout under the stack (``stack_layout``'s copy)."""
-        layout, update = self.cands[i][1], self.row_of[i][12]
+        layout, update = self.cands[i][1], self.row_of[i][1]
         return quick_copy(layout, update) if update else layout
 
     def ctx(self, i: int):  # noqa: ANN201 - a stages.Context
         """The Context of candidate ``i`` (the one-layout path's), for a cache miss."""
         if self.last_ctx[0] != i:
             layout = self.layout(i)
-            self.last_ctx = (i, self.sim._context(layout, self.row_of[i][2].applied))
+            self.last_ctx = (i, self.sim._context(layout, self.row_of[i][0].applied))
         return self.last_ctx[1]
 
     def new_mid(self, mk: tuple, i: int) -> int | None:
@@ -222,36 +241,33 @@ class VectorPass:
 
     def group(self, pp: int, zero: int, reshard: bool, rows: list[tuple]) -> None:
         """The figures of one group's candidates: memory for all, time for those that fit."""
-        cols, rows = memory_inputs(self, pp, rows)
-        if not rows:
-            return
+        r = np.array(rows, dtype=np.int64)
+        cols = memory_inputs(self, pp, r)
         mem = memory_columns(cols, pp, zero, reshard)
         finite = np.isfinite(mem.table).all(axis=1) & np.isfinite(mem.total)
         fit = finite if self.limit is None else finite & (mem.total <= self.limit)
-        self.fallback.extend(rows[j][0] for j in np.flatnonzero(~finite).tolist())
+        self.fallback.extend(r[~finite, ROW.i].tolist())
         if self.memory_only_figures:
-            self.memory_only(rows, np.flatnonzero(finite & ~fit), mem)
+            self.memory_only(pp, r[finite & ~fit], mem.take(np.flatnonzero(finite & ~fit)))
         idx = np.flatnonzero(fit)
         if not len(idx):
             return
-        timed_rows = [rows[j] for j in idx.tolist()]
-        sub = cols.take(idx)
-        tcols = time_inputs(self, pp, zero, timed_rows, sub, CATEGORIES)
+        r, sub, mem = r[idx], cols.take(idx), mem.take(idx)
+        tcols = time_inputs(self, pp, zero, r, sub, CATEGORIES)
         if tcols is None:
-            self.fallback.extend(r[0] for r in timed_rows)
+            self.fallback.extend(r[:, ROW.i].tolist())
             return
         t = time_columns(sub, tcols, pp, zero, reshard, self.sim.model.layers)
-        self.timed(timed_rows, idx, mem, t)
+        self.timed(r, mem, t)
 
-    def memory_only(self, rows: list[tuple], idx: np.ndarray, mem: Columns) -> None:
+    def memory_only(self, pp: int, r: np.ndarray, mem: Columns) -> None:
+        """The memory-only Figures of the candidates over the limit (rows ``r``)."""
         sim = self.sim
-        for j in idx.tolist():
-            row = rows[j]
-            a = row[11]
-            gpus = a["tp"] * a["cp"] * a["dp"] * a["pp"]
+        gpus = (r[:, ROW.tp] * r[:, ROW.cp] * r[:, ROW.dp] * pp).tolist()
+        for j, (i, m) in enumerate(r[:, [ROW.i, ROW.m]].tolist()):
             total = float(mem.total[j])
-            self.out[row[0]] = Figures(
-                False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, gpus, row[4], {},
+            self.out[i] = Figures(
+                False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, gpus[j], m, {},
                 dict(zip(MEM_KEYS, mem.table[j].tolist(), strict=True)),
                 total, STAGE_NAMES[int(mem.stage[j])], sim.usable, self.stack_name,
                 self.reserved(total),
@@ -264,29 +280,27 @@ class VectorPass:
     def reserved(self, total: float) -> float | None:
         return reserved_peak_gib(self.sim.stack, total) if self.sim.stack is not None else None
 
-    def timed(self, rows: list[tuple], idx: np.ndarray, mem: Columns, t: Columns) -> None:
-        """Figures of the timed candidates; one with a non-finite figure goes to the fallback."""
+    def timed(self, r: np.ndarray, mem: Columns, t: Columns) -> None:
+        """Figures of the timed candidates (rows ``r``); one with a non-finite figure goes to
+        the fallback."""
         sim = self.sim
-        ok = np.isfinite(t.table).all(axis=1) & np.isfinite(t.scalars).all(axis=1)
-        scal = t.scalars.tolist()
-        times = t.table.tolist()
-        mems = mem.table[idx].tolist()
-        totals = mem.total[idx].tolist()
-        stages = mem.stage[idx].tolist()
-        okl = ok.tolist()
+        ok = (np.isfinite(t.table).all(axis=1) & np.isfinite(t.scalars).all(axis=1)).tolist()
+        scal, times, mems = t.scalars.tolist(), t.table.tolist(), mem.table.tolist()
+        totals, stages = mem.total.tolist(), mem.stage.tolist()
         usable, name = sim.usable, self.stack_name
-        for j, row in enumerate(rows):
-            if not okl[j]:
-                self.fallback.append(row[0])
+        reserved = self.reserved
+        for j, (i, m) in enumerate(r[:, [ROW.i, ROW.m]].tolist()):
+            if not ok[j]:
+                self.fallback.append(i)
                 continue
             step, tps, mfu, hfu, mf, gpus = scal[j]
             gpus = int(gpus)
             total = totals[j]
-            self.out[row[0]] = Figures(
-                True, step, tps, tps / gpus, mfu, hfu, mf, gpus, row[4],
+            self.out[i] = Figures(
+                True, step, tps, tps / gpus, mfu, hfu, mf, gpus, m,
                 dict(zip(TIME_KEYS, times[j], strict=True)),
                 dict(zip(MEM_KEYS, mems[j], strict=True)),
-                total, STAGE_NAMES[stages[j]], usable, name, self.reserved(total),
+                total, STAGE_NAMES[stages[j]], usable, name, reserved(total),
             )  # fmt: skip
 
 

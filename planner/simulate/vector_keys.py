@@ -22,6 +22,18 @@ if TYPE_CHECKING:
     from planner.simulate.vector import VectorPass
 
 
+# the integer row of one candidate in a group (planner/simulate/vector.py VectorPass.prepare)
+ROW = SimpleNamespace(
+    **{
+        name: k
+        for k, name in enumerate(
+            ("i", "mid", "pid", "fid", "tix", "vpp", "m", "tp", "cp", "dp", "ep", "etp")
+            + ("odp", "oz3", "psg", "otp", "oep")
+        )
+    }
+)
+
+
 def table(memo: dict, name: str) -> np.ndarray:
     """The memo's numeric rows ``name`` as a 2-D float array (rebuilt when rows were added)."""
     rows = memo[name]
@@ -36,7 +48,7 @@ def mid_row(part) -> tuple[float, float, float]:  # noqa: ANN001 - a batch._Laye
     return (part.act_layer, full_one, logits)
 
 
-def _new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
+def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
     """Parameters of memory key ``mid`` on ``pp`` stages, priced from candidate ``i``."""
     sim, memo = vp.sim, vp.memo
     try:
@@ -73,40 +85,26 @@ def sim_errors() -> type[Exception]:
     return PlannerError
 
 
-def memory_inputs(vp: VectorPass, pp: int, rows: list[tuple]) -> tuple[Columns, list[tuple]]:
-    """The memory columns of ``rows`` (one pipeline depth), and the rows kept (a row whose
-    parameters could not be priced goes to the fallback)."""
+def new_flight(memo: dict, layers: int, pp: int, vpp: int, m: int, sched) -> int:  # noqa: ANN001
+    """Intern the activations in flight of (pp, vpp, micro-batches, schedule): the first
+    rank's layers' worth (memory.layers_in_flight) and the last rank's chunks."""
+    first = pipeline.layers_on_edge_stage(layers, pp) if pp > 1 else layers
+    fid = memo["flight"][pp, vpp, m, sched] = len(memo["flight_num"])
+    in_flight = memory.layers_in_flight(first, pp, vpp, m, sched)
+    last = sched.peak_chunks(pp - 1, pp, vpp, m) if pp > 1 else 0
+    memo["flight_num"].append((in_flight, last))
+    return fid
+
+
+def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:
+    """The memory columns of the rows ``r`` (ROW fields) of one pipeline depth."""
     memo = vp.memo
     layers = vp.sim.model.layers
-    first = pipeline.layers_on_edge_stage(layers, pp) if pp > 1 else layers
-    pids, flights = memo["pid"], memo["flight"]
-    kept, mid_l, pid_l, fid_l, tix_l, shard_l, eshard_l = [], [], [], [], [], [], []
-    for row in rows:
-        i, mid, info, vpp, m, sched, tp, cp, dp, ep, etp, _a, _u = row
-        pid = pids.get((mid, pp))
-        if pid is None:
-            pid = _new_pid(vp, mid, pp, i)
-            if pid is None:
-                vp.fallback.append(i)
-                continue
-        fk = (pp, vpp, m, sched)
-        fid = flights.get(fk)
-        if fid is None:
-            fid = flights[fk] = len(memo["flight_num"])
-            in_flight = memory.layers_in_flight(first, pp, vpp, m, sched)
-            last = sched.peak_chunks(pp - 1, pp, vpp, m) if pp > 1 else 0
-            memo["flight_num"].append((in_flight, last))
-        kept.append(row)
-        mid_l.append(mid)
-        pid_l.append(pid)
-        fid_l.append(fid)
-        tix_l.append(info.tix)
-        shard = dp * cp
-        shard_l.append(shard)
-        eshard_l.append(max(1, tp * shard // (ep * etp)))
-    mids, pidx, fidx, tix = (np.array(x, dtype=np.intp) for x in (mid_l, pid_l, fid_l, tix_l))
+    mids, pidx, fidx, tix = r[:, ROW.mid], r[:, ROW.pid], r[:, ROW.fid], r[:, ROW.tix]
     mt, pt, ft, tt = (table(memo, n) for n in ("mid_num", "pid_num", "flight_num", "tconsts"))
-    cols = Columns(
+    tp, cp, dp, ep, etp = (r[:, k] for k in (ROW.tp, ROW.cp, ROW.dp, ROW.ep, ROW.etp))
+    shard = dp * cp
+    return Columns(
         act=mt[mids, 0],
         full_one=mt[mids, 1],
         logits=mt[mids, 2],
@@ -119,18 +117,16 @@ def memory_inputs(vp: VectorPass, pp: int, rows: list[tuple]) -> tuple[Columns, 
         bucket=pt[pidx, 6],
         in_flight=ft[fidx, 0],
         last_chunks=ft[fidx, 1],
-        first=first,
-        vpp=np.array([r[3] for r in kept], dtype=np.float64),
+        first=pipeline.layers_on_edge_stage(layers, pp) if pp > 1 else layers,
+        vpp=r[:, ROW.vpp].astype(np.float64),
         w_b=tt[tix, 0],
         o_b=tt[tix, 1],
         g_b=tt[tix, 2],
         gather_b=tt[tix, 3],
-        shard=np.array(shard_l, dtype=np.float64),
-        eshard=np.array(eshard_l, dtype=np.float64),
-        pid=pidx,
+        shard=shard.astype(np.float64),
+        eshard=np.maximum(1, tp * shard // (ep * etp)).astype(np.float64),
         tix=tix,
     )
-    return cols, kept
 
 
 def _lid_row(t, pp1_edge: dict, keys: tuple) -> tuple:  # noqa: ANN001 - a batch._Timed
@@ -163,13 +159,12 @@ def _new_lid(vp: VectorPass, lk: tuple, mid: int, i: int, keys: tuple) -> int | 
 
 
 def _pp_send(
-    vp: VectorPass, lid: int, i: int, pp: int, vpp: int, psg: bool, dp: int
+    vp: VectorPass, lid: int, i: int, pp: int, vpp: int, psg: bool, stride: int
 ) -> float | None:
     """``stages.pp_send_s`` of candidate ``i`` (layer-cost key ``lid``), under the simulator's
     own key when it has it: (layer key, pp, vpp, scatter/gather, the PP group's placement)."""
     sim = vp.sim
-    _i, mid, _info, _vpp, _m, _sched, tp, cp, *_rest = vp.row_of[i]
-    group = comms.place(pp, tp * cp * dp, sim.fabric.domain_gpus)
+    group = comms.place(pp, stride, sim.fabric.domain_gpus)
     found = sim._pp_s.get((vp.memo["lid_key"][lid], pp, vpp, psg, group))
     if found is not None:
         return found
@@ -180,13 +175,13 @@ def _pp_send(
         return None
 
 
-def _collectives(vp: VectorPass, pid: int, zero: int, row: tuple, g_b: float, ga_b: float):  # noqa: ANN202
+def _collectives(vp: VectorPass, pid: int, zero: int, groups: tuple, g_b: float, ga_b: float):  # noqa: ANN202
     """(first, second) raw DP collective seconds of ``stages.dp_traffic``: ZeRO-3 (all-gather,
     reduce-scatter) per step's units; ZeRO 0 (all-reduce, 0); ZeRO 1/2 (reduce-scatter,
     all-gather)."""
     sim = vp.sim
     params = vp.memo["pid_params"][pid]
-    _i, _mid, _info, _vpp, _m, _sched, tp, cp, dp, ep, etp, _a, _u = row
+    tp, cp, dp, ep, etp = groups
     domain = sim.fabric.domain_gpus
     dp_group = comms.place(dp * cp, tp, domain)
     edp = max(1, tp * dp * cp // (ep * etp))
@@ -210,62 +205,49 @@ def _collectives(vp: VectorPass, pid: int, zero: int, row: tuple, g_b: float, ga
 
 
 def time_inputs(
-    vp: VectorPass, pp: int, zero: int, rows: list[tuple], mem: Columns, keys: tuple
+    vp: VectorPass, pp: int, zero: int, r: np.ndarray, mem: Columns, keys: tuple
 ) -> Columns | None:
-    """The time columns of the timed ``rows`` (``mem``: their memory columns); None when a
+    """The time columns of the timed rows ``r`` (``mem``: their memory columns); None when a
     shared stage could not be costed (the rows then go to the fallback)."""
     memo = vp.memo
     lids, pps, colls = memo["lid"], memo["pp_s"], memo["coll"]
-    tt = table(memo, "tconsts")
-    tt_l = memo["tconsts"]
-    pnum = memo["pid_key"]
-    lid_l, pps_l, c1_l, c2_l, flags = [], [], [], [], []
-    for row, pid, tix in zip(rows, mem.pid.tolist(), mem.tix.tolist(), strict=True):
-        i, mid, _info, vpp, m, _sched, tp, cp, dp, _ep, _etp, a, _u = row
-        lk = (mid, a["overlap_tp_comm"], a["overlap_ep_comm"])
+    tt_l, pnum = memo["tconsts"], memo["pid_key"]
+    lid_l, pps_l, c1_l, c2_l = [], [], [], []
+    for row in r.tolist():
+        i, mid, pid, _fid, tix, vpp, _m, tp, cp, dp, ep, etp, _odp, _oz3, psg, otp, oep = row
+        lk = (mid, otp, oep)
         lid = lids.get(lk)
-        if lid is None:
-            lid = _new_lid(vp, lk, mid, i, keys)
-            if lid is None:
-                return None
-        sk = (lid, pp, vpp, a["pp_scatter_gather"], tp * cp * dp)  # the PP group's stride
+        if lid is None and (lid := _new_lid(vp, lk, mid, i, keys)) is None:
+            return None
+        sk = (lid, pp, vpp, psg, tp * cp * dp)  # the PP group's stride
         pp_s = pps.get(sk)
         if pp_s is None:
-            pp_s = _pp_send(vp, lid, i, pp, vpp, a["pp_scatter_gather"], dp)
+            pp_s = _pp_send(vp, lid, i, pp, vpp, bool(psg), tp * cp * dp)
             if pp_s is None:
                 return None
             pps[sk] = pp_s
         g_b, ga_b = tt_l[tix][2], tt_l[tix][3]
         # what dp_traffic's collectives read: the parameters, the groups, the bytes
-        ck = (pnum[pid], zero, dp, cp, tp, row[9], row[10], g_b, ga_b)
+        ck = (pnum[pid], zero, dp, cp, tp, ep, etp, g_b, ga_b)
         c = colls.get(ck)
         if c is None:
-            c = colls[ck] = _collectives(vp, pid, zero, row, g_b, ga_b)
+            c = colls[ck] = _collectives(vp, pid, zero, (tp, cp, dp, ep, etp), g_b, ga_b)
         lid_l.append(lid)
         pps_l.append(pp_s)
         c1_l.append(c[0])
         c2_l.append(c[1])
-        flags.append(
-            (
-                m,
-                a["overlap_dp_grad_reduce"],
-                a["overlap_zero3_param_gather"],
-                tp * cp * dp * pp,
-                dp * cp,
-            )
-        )
     lt = table(memo, "lid_num")
-    f = np.array(flags, dtype=np.float64).reshape(len(rows), 5)
+    tt = table(memo, "tconsts")
     return Columns(
         lid=lt[np.array(lid_l, dtype=np.intp)],
         pp_s=np.array(pps_l, dtype=np.float64),
         c1=np.array(c1_l, dtype=np.float64),
         c2=np.array(c2_l, dtype=np.float64),
-        m=f[:, 0],
-        odp=f[:, 1] > 0,
-        oz3=f[:, 2] > 0,
-        gpus=f[:, 3],
-        dpcp=f[:, 4],
+        m=r[:, ROW.m].astype(np.float64),
+        odp=r[:, ROW.odp] > 0,
+        oz3=r[:, ROW.oz3] > 0,
+        gpus=(r[:, ROW.tp] * r[:, ROW.cp] * r[:, ROW.dp] * pp).astype(np.float64),
+        dpcp=(r[:, ROW.dp] * r[:, ROW.cp]).astype(np.float64),
         consts=tt[mem.tix],
         keys=keys,
         edge_keys=tuple(frozenset(k) for k in memo["edge_keys"]),
