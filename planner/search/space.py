@@ -19,9 +19,8 @@ rule in rule order takes the count.
 from __future__ import annotations
 
 import itertools
-import operator
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args, get_origin
 
@@ -30,6 +29,7 @@ from planner.errors import PlannerError
 from planner.legality import SEARCH_RULES, Candidate, Rule, check_layout
 from planner.schedules import SCHEDULES, default_schedule_name
 from planner.search.budget import NO_DEADLINE, Deadline
+from planner.search.verdicts import UNSEEN, knob_verdicts
 from planner.simulate.copying import quick_copy
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -423,57 +423,44 @@ def legal_layouts(
         (tp, ep): tuple(dict.fromkeys(_collapse(k, tp, ep) for k in knobs))
         for tp, ep in itertools.product((1, 2), (1, 2))
     }
-    fields = {k: _knob_fields(k) for ks in distinct.values() for k in ks}
-    verdict = _knob_verdicts(model, cluster)
-    trainings: dict[tuple[int, str], Training] = {}
+    fields = {kind: [_knob_fields(k) for k in ks] for kind, ks in distinct.items()}
+    verdict = knob_verdicts(model, cluster, KNOB_RULES)
+    trainings: dict[tuple, list[Training]] = {}  # (kind, micro-batch) -> each knob's
+    known: dict[tuple, str | None] = {}  # (structure's reads, knob) -> the rule broken
     for s in structures(model, cluster, training, space, deadline):
+        kind = (min(s.tp, 2), min(s.ep, 2))
+        trs = trainings.get((kind, s.micro_batch))
+        if trs is None:
+            trs = trainings[kind, s.micro_batch] = _trainings(s, distinct[kind], training)
         base = _layout(s, knobs[0]) if knobs else None
-        for k in distinct[min(s.tp, 2), min(s.ep, 2)]:
+        # the knob rules read structure fields (the same for every knob) and knob fields
+        # (those of the knob): their verdict is kept per structure reads and knob
+        reads = (verdict.layout_reads(base), kind, s.micro_batch, s.gpus)
+        for j, update in enumerate(fields[kind]):
             deadline.tick()
-            tr = trainings.get((s.micro_batch, k.recompute))
-            if tr is None:
-                tr = trainings[s.micro_batch, k.recompute] = _training(s, k, training)
+            tr = trs[j]
+            broken = known.get((reads, j), UNSEEN)
             # the knobs are switches and a ZeRO stage, which the Layout validator does not
             # read (it checks the world size and the schedule's chunk count, the structure's):
             # one validated Layout per structure, copied with each knob setting
-            layout = quick_copy(base, fields[k])
-            key = (s.gpus, layout, tr)
-            broken = verdict(s.gpus, layout, tr)
+            layout = None
+            if broken is UNSEEN:
+                layout = quick_copy(base, update)
+                broken = known[reads, j] = verdict(s.gpus, layout, tr)
             if broken:
                 space.rejected[broken] += 1
                 continue
-            yield key
+            yield s.gpus, layout or quick_copy(base, update), tr
 
 
-def _knob_verdicts(
-    model: ModelSpec, cluster: Cluster
-) -> Callable[[int, Layout, Training], str | None]:
-    """``(gpus, layout, training) -> the first knob rule broken`` (None: none), each answer
-    kept under the values the knob rules read (``Rule.reads``: Layout and Training fields and
-    the GPU count), so that a search asks each rule once per distinct combination."""
-    reads = sorted(set().union(*(r.reads for r in KNOB_RULES)))
-    on_layout = [f for f in reads if f in Layout.model_fields]
-    on_training = [f for f in reads if f in Training.model_fields]
-    if set(on_layout) | set(on_training) | {"gpus"} < set(reads):  # pragma: no cover
-        return lambda gpus, layout, tr: _broken(
-            KNOB_RULES, Candidate(model, cluster, layout, tr, gpus)
-        )
-    of_layout = operator.itemgetter(*on_layout) if on_layout else lambda d: ()
-    of_training = operator.itemgetter(*on_training) if on_training else lambda d: ()
-    gpus_read = "gpus" in reads
-    known: dict[tuple, str | None] = {}
-
-    def verdict(gpus: int, layout: Layout, tr: Training) -> str | None:
-        key = (of_layout(layout.__dict__), of_training(tr.__dict__), gpus if gpus_read else 0)
-        out = known.get(key, _UNSEEN)
-        if out is _UNSEEN:
-            out = known[key] = _broken(KNOB_RULES, Candidate(model, cluster, layout, tr, gpus))
-        return out
-
-    return verdict
-
-
-_UNSEEN = object()
+def _trainings(s: Structure, knobs: Sequence[Knobs], training: Training) -> list[Training]:
+    """The Training of each knob setting of a structure, one object per (micro-batch,
+    recompute)."""
+    made: dict[str, Training] = {}
+    for k in knobs:
+        if k.recompute not in made:
+            made[k.recompute] = _training(s, k, training)
+    return [made[k.recompute] for k in knobs]
 
 
 def assert_legal(
