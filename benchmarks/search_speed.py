@@ -9,10 +9,14 @@ are generated once, then costed (CPU seconds of this process, one core):
   did before issue 16;
 * ``new``: :class:`planner.simulate.batch.BatchSimulator`, each stage shared between the
   candidates whose inputs it reads; ``new+mem``: the same, memory priced first and the time of
-  a candidate that cannot fit never costed (what exhaustive search runs).
+  a candidate that cannot fit never costed;
+* ``vec+mem``: ``BatchSimulator.figures_many`` (planner/simulate/vector.py), the per-candidate
+  arithmetic in numpy over all the candidates at once, memory first (what exhaustive search
+  runs since issue 16).
 
 The second table times whole ``planner.search`` calls (exhaustive, default stack) in a fresh
-process each, with that process's peak resident memory. Targets (issue 16, on the issue's
+process each (its CPU seconds include importing numpy, about 0.1-0.2 s, which the vector path
+needs), with that process's peak resident memory. Targets (issue 16, on the issue's
 machine, whose one-layout path ran about 10,000 evaluations/s for a 126-layer model): >= 50,000
 evaluations/s for a 126-layer dense model and >= 20,000 for DeepSeek-V3; exhaustive search in
 <= 1 s for the first three search problems, the 70B sweep in <= 5 s, peak memory < 1 GiB.
@@ -75,7 +79,7 @@ def _rate(fn, items: list) -> float:  # noqa: ANN001
 def rates(skip_old: bool) -> None:
     print(
         f"{'model':14} {'GPUs':>6} {'layers':>6} {'cands':>7} {'fit':>7} "
-        f"{'old/s':>8} {'new/s':>8} {'new+mem/s':>10} {'x old':>6}"
+        f"{'old/s':>8} {'new/s':>8} {'new+mem/s':>10} {'vec+mem/s':>10} {'x old':>6}"
     )
     for problem in RATE_PROBLEMS:
         print(_rate_row(*problem, skip_old=skip_old))
@@ -94,15 +98,34 @@ def _rate_row(model_id: str, cluster_id: str, gpus: int, gb: int, seq: int, skip
     fits = sum(counter.figures(c[1], c[2], limit).timed for c in found)
     pruning = BatchSimulator(model, cluster, prof, stack)
     mem = _rate(lambda c: pruning.figures(c[1], c[2], limit), found)
+    vector = BatchSimulator(model, cluster, prof, stack)
+    vec = _rate(lambda cands: vector.figures_many(cands, limit, memory_only=False), [found])
+    vec *= len(found)
     return (
         f"{model_id:14} {gpus:6d} {model.layers:6d} {len(found):7d} {fits:7d} "
-        f"{old:8.0f} {new:8.0f} {mem:10.0f} {mem / old:6.1f}"
+        f"{old:8.0f} {new:8.0f} {mem:10.0f} {vec:10.0f} {vec / old:6.1f}"
     )
 
 
+def _one_by_one(self, candidates, memory_limit_gib=None, memory_only=True):  # noqa: ANN001, ANN202
+    """BatchSimulator.figures_many as the candidates' figures() one at a time (the search's
+    evaluation before the vector path)."""
+    out = []
+    for _gpus, layout, training in candidates:
+        try:
+            fig = self.figures(layout, training, memory_limit_gib)
+        except (planner.PlannerError, ArithmeticError) as exc:
+            fig = exc
+        out.append(None if not memory_only and getattr(fig, "timed", True) is False else fig)
+    return out
+
+
 def _one_search(args: tuple) -> tuple[float, float, int, float]:
-    """(CPU s, wall s, candidates, peak RSS MiB) of one search in this (fresh) process."""
-    model_id, cluster_id, counts, batches, seq, pareto = args
+    """(CPU s, wall s, candidates, peak RSS MiB) of one search in this (fresh) process; the
+    last argument True: figures() one candidate at a time instead of the vector path."""
+    model_id, cluster_id, counts, batches, seq, pareto, one_by_one = args
+    if one_by_one:
+        BatchSimulator.figures_many = _one_by_one
     model, cluster = planner.load_model(model_id), planner.load_cluster(cluster_id)
     stack = planner.load_stack(STACK)
     cpu, wall, n = time.process_time(), time.perf_counter(), 0
@@ -123,21 +146,32 @@ def _one_search(args: tuple) -> tuple[float, float, int, float]:
     return time.process_time() - cpu, time.perf_counter() - wall, n, rss
 
 
-def searches() -> None:
-    print(f"\n{'exhaustive search':34} {'cands':>7} {'CPU s':>7} {'wall s':>7} {'peak MiB':>9}")
+def searches(skip_old: bool) -> None:
+    """Each search problem timed with figures() one by one ("1 by 1", the evaluation before
+    the vector path) and with the vector path, each in a fresh process."""
+    print(
+        f"\n{'exhaustive search':34} {'cands':>7} {'1by1 CPU s':>10} {'CPU s':>7} "
+        f"{'wall s':>7} {'peak MiB':>9}"
+    )
     ctx = multiprocessing.get_context("spawn")
     for label, *args in SEARCH_PROBLEMS:
+        before = float("nan")
+        if not skip_old:
+            with ctx.Pool(1) as pool:
+                before = pool.apply(_one_search, ((*args, True),))[0]
         with ctx.Pool(1) as pool:
-            cpu, wall, n, rss = pool.apply(_one_search, (tuple(args),))
-        print(f"{label:34} {n:7d} {cpu:7.2f} {wall:7.2f} {rss:9.0f}")
+            cpu, wall, n, rss = pool.apply(_one_search, ((*args, False),))
+        print(f"{label:34} {n:7d} {before:10.2f} {cpu:7.2f} {wall:7.2f} {rss:9.0f}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--skip-old", action="store_true", help="do not time the one-layout path")
+    p.add_argument(
+        "--skip-old", action="store_true", help="do not time the one-layout and 1-by-1 paths"
+    )
     args = p.parse_args()
     rates(args.skip_old)
-    searches()
+    searches(args.skip_old)
 
 
 if __name__ == "__main__":

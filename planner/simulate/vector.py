@@ -55,7 +55,7 @@ class _TrainingInfo:
     applied: Training | None
     error: Exception | None
     layer_id: int  # interned layer-training fields
-    covered: bool  # no offload, not a per-tensor optimizer
+    covered: bool  # no error, no offload, not a per-tensor optimizer, Python < 3.12
     tix: int  # its row of _training_consts in the memo's "tconsts"
 
 
@@ -109,7 +109,8 @@ class VectorPass:
                 lid = self.memo["layer_training"].setdefault(
                     _batch._LAYER_TRAINING(tr), len(self.memo["layer_training"])
                 )
-                covered = not tr.offload_layers and tr.optimizer_kernel != "per_tensor"
+                covered = COVERED_PYTHON and not tr.offload_layers
+                covered = covered and tr.optimizer_kernel != "per_tensor"
                 self.memo["tconsts"].append(_training_consts(sim, tr))
                 tix = len(self.memo["tconsts"]) - 1
                 info = _TrainingInfo(training, tr, None, lid, covered, tix)
@@ -142,28 +143,28 @@ class VectorPass:
         """Key every candidate and put its row (ROW fields) in its (pp, ZeRO, ZeRO-3 reshard)
         group, or the candidate in ``fallback``."""
         sim, memo = self.sim, self.memo
-        violations, mids, pids, flights = sim._violations, memo["mid"], memo["pid"], memo["flight"]
-        covered_python = COVERED_PYTHON
+        mids, pids, flights = memo["mid"], memo["pid"], memo["flight"]
+        infos, verdicts, schedules = memo["training"], memo["violation"], memo["schedule"]
+        stacked = sim.stack is not None
         for i, (_gpus, layout, training) in enumerate(self.cands):
-            info = self.training(training)
-            if info.error is not None or not info.covered or not covered_python:
+            info = infos.get(id(training)) or self.training(training)
+            if not info.covered:
                 self.fallback.append(i)
                 continue
-            tr = info.applied
             a, update = self.applied(layout)
             self.row_of[i] = (info, update)
-            if sim.stack is not None:
-                vkey = (_VIOLATION(a), tr.recompute, tr.precision)
-                err = violations.get(vkey, _batch._UNKNOWN)
-                if err is _batch._UNKNOWN:  # the one-layout path's check, kept under its key
-                    err = violations[vkey] = stack_violation(sim.stack, self.layout(i), tr)
+            if stacked:
+                vkey = (_VIOLATION(a), info.tix)
+                err = verdicts.get(vkey, _batch._UNKNOWN)
+                if err is _batch._UNKNOWN:
+                    err = verdicts[vkey] = self.violation(i, a, info.applied)
                 if err is not None:
                     self.fallback.append(i)
                     continue
             tp, cp, dp, pp, ep = a["tp"], a["cp"], a["dp"], a["pp"], a["ep"]
             expert_tp = tp if (dp * cp) % ep == 0 else 1
             vpp = a["vpp"] or 1
-            sched = self.schedule(a["schedule"], a["vpp"])
+            sched = schedules.get((a["schedule"], a["vpp"])) or self.schedule(a)
             if pp > 1 and (sched.placement != "loop" or type(sched).bubble_s is not _LOOP):
                 self.fallback.append(i)
                 continue
@@ -190,13 +191,21 @@ class VectorPass:
                  a["pp_scatter_gather"], a["overlap_tp_comm"], a["overlap_ep_comm"])
             )  # fmt: skip
 
-    def schedule(self, name: str | None, vpp: int | None):  # noqa: ANN201 - a Schedule
-        """The schedule a layout of ``schedule`` ``name`` and ``vpp`` runs (schedule_of's)."""
-        found = self.memo["schedule"].get((name, vpp))
-        if found is None:
-            found = SCHEDULES[name or default_schedule_name(vpp)]
-            self.memo["schedule"][name, vpp] = found
+    def schedule(self, a: dict):  # noqa: ANN201 - a Schedule
+        """The schedule of a layout of field values ``a`` (schedule_of's), kept."""
+        name, vpp = a["schedule"], a["vpp"]
+        found = self.memo["schedule"][name, vpp] = SCHEDULES[name or default_schedule_name(vpp)]
         return found
+
+    def violation(self, i: int, a: dict, tr: Training) -> Exception | None:
+        """What the stack cannot run of candidate ``i`` (field values ``a``), under the
+        one-layout path's key (BatchSimulator._applied)."""
+        sim = self.sim
+        key = (_VIOLATION(a), tr.recompute, tr.precision)
+        err = sim._violations.get(key, _batch._UNKNOWN)
+        if err is _batch._UNKNOWN:
+            err = sim._violations[key] = stack_violation(sim.stack, self.layout(i), tr)
+        return err
 
     def layout(self, i: int) -> Layout:
         """Candidate ``i``'s Layout under the stack (``stack_layout``'s copy)."""
