@@ -10,7 +10,7 @@ are generated once, then costed (CPU seconds of this process, one core):
 * ``new``: :class:`planner.simulate.batch.BatchSimulator`, each stage shared between the
   candidates whose inputs it reads; ``new+mem``: the same, memory priced first and the time of
   a candidate that cannot fit never costed;
-* ``vec+mem``: ``BatchSimulator.figures_many`` (planner/simulate/vector.py), the per-candidate
+* ``vec+mem``: ``planner.simulate.vector.figures_many``, the per-candidate
   arithmetic in numpy over all the candidates at once, memory first (what exhaustive search
   runs since issue 16).
 
@@ -33,7 +33,9 @@ import planner
 from planner.search import default_space
 from planner.search.space import legal_layouts, stack_space
 from planner.simulate import simulate_step
+from planner.simulate import vector as vector_module
 from planner.simulate.batch import BatchSimulator
+from planner.simulate.vector import figures_many
 from planner.specs.layout import Training
 
 STACK = "megatron-core"  # the default stack of the CLI
@@ -99,7 +101,7 @@ def _rate_row(model_id: str, cluster_id: str, gpus: int, gb: int, seq: int, skip
     pruning = BatchSimulator(model, cluster, prof, stack)
     mem = _rate(lambda c: pruning.figures(c[1], c[2], limit), found)
     vector = BatchSimulator(model, cluster, prof, stack)
-    vec = _rate(lambda cands: vector.figures_many(cands, limit, memory_only=False), [found])
+    vec = _rate(lambda cands: figures_many(vector, cands, limit, False), [found])
     vec *= len(found)
     return (
         f"{model_id:14} {gpus:6d} {model.layers:6d} {len(found):7d} {fits:7d} "
@@ -107,13 +109,13 @@ def _rate_row(model_id: str, cluster_id: str, gpus: int, gb: int, seq: int, skip
     )
 
 
-def _one_by_one(self, candidates, memory_limit_gib=None, memory_only=True):  # noqa: ANN001, ANN202
-    """BatchSimulator.figures_many as the candidates' figures() one at a time (the search's
-    evaluation before the vector path)."""
+def _one_by_one(sim, candidates, memory_limit_gib=None, memory_only=True, bounded=None):  # noqa: ANN001, ANN202
+    """planner.simulate.vector.figures_many as the candidates' figures() one at a time (the
+    search's evaluation before the vector path)."""
     out = []
     for _gpus, layout, training in candidates:
         try:
-            fig = self.figures(layout, training, memory_limit_gib)
+            fig = sim.figures(layout, training, memory_limit_gib)
         except (planner.PlannerError, ArithmeticError) as exc:
             fig = exc
         out.append(None if not memory_only and getattr(fig, "timed", True) is False else fig)
@@ -125,7 +127,7 @@ def _one_search(args: tuple) -> tuple[float, float, int, float]:
     last argument True: figures() one candidate at a time instead of the vector path."""
     model_id, cluster_id, counts, batches, seq, pareto, one_by_one = args
     if one_by_one:
-        BatchSimulator.figures_many = _one_by_one
+        vector_module.figures_many = _one_by_one
     model, cluster = planner.load_model(model_id), planner.load_cluster(cluster_id)
     stack = planner.load_stack(STACK)
     cpu, wall, n = time.process_time(), time.perf_counter(), 0

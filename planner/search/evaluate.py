@@ -147,14 +147,17 @@ class Evaluator:
         self.simulated += len(candidates)
         limit = self.sim.usable * (1.0 - self.memory_headroom)
         out = []
-        figures = self.sim.figures_many(candidates, limit, memory_only=False)
-        for (gpus, layout, training), fig in zip(candidates, figures, strict=True):
+        bounded: set[int] = set()  # figures the vector path found finite and bounded
+        from planner.simulate import vector  # numpy, imported by the first exhaustive search
+
+        figures = vector.figures_many(self.sim, candidates, limit, False, bounded)
+        for j, ((gpus, layout, training), fig) in enumerate(zip(candidates, figures, strict=True)):
             if fig is None:
                 self.infeasible[OUT_OF_MEMORY] += 1
             elif type(fig) is not Figures:
                 self._refused(fig)
             else:
-                ev = self._accept(gpus, layout, training, fig, limit)
+                ev = self._accept(gpus, layout, training, fig, limit, j in bounded)
                 if ev is not None:
                     out.append(ev)
         return out
@@ -167,19 +170,28 @@ class Evaluator:
         return self._reject(f"simulator failed ({type(exc).__name__})")
 
     def _accept(
-        self, gpus: int, layout: Layout, training: Training, fig: Figures, limit: float
+        self,
+        gpus: int,
+        layout: Layout,
+        training: Training,
+        fig: Figures,
+        limit: float,
+        bounded: bool = False,
     ) -> Evaluated | None:
         """The Evaluated of a priced candidate (``limit``: usable GiB with headroom), or None
-        when it is rejected (out of memory, a non-finite figure or score, no throughput)."""
+        when it is rejected (out of memory, a non-finite figure or score, no throughput).
+        ``bounded``: every figure is known finite and below 1e300 in magnitude (the vector
+        path checked), so the sum below is finite and is not taken."""
         if not fig.timed:
             return self._reject(OUT_OF_MEMORY)
-        # one sum: a NaN or an infinity among the figures makes it non-finite (and so does an
-        # overflow of their sum, which only figures near 1e308 could reach)
-        total = sum(map(abs, _FINITE(fig)))
-        total += sum(map(abs, fig.time_breakdown_s.values()))
-        total += sum(map(abs, fig.memory_breakdown_gib.values()))
-        if not math.isfinite(total):
-            return self._reject("non-finite simulation result")
+        if not bounded:
+            # one sum: a NaN or an infinity among the figures makes it non-finite (and so does
+            # an overflow of their sum, which only figures near 1e308 could reach)
+            total = sum(map(abs, _FINITE(fig)))
+            total += sum(map(abs, fig.time_breakdown_s.values()))
+            total += sum(map(abs, fig.memory_breakdown_gib.values()))
+            if not math.isfinite(total):
+                return self._reject("non-finite simulation result")
         if fig.tokens_per_s <= 0:
             return self._reject("no throughput (tokens/s <= 0)")
         score = self.score(fig)

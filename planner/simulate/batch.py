@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import operator
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.costs import comms, compute, pipeline
@@ -217,20 +216,6 @@ class BatchSimulator:
         self._dp: dict[tuple, DataParallel] = {}
         self._shared: dict = {}  # kernel costs and collectives shared between layouts (layers, stages)
         self._memo: dict = {}  # the keys and tables of figures_many (planner/simulate/vector.py)
-
-    def figures_many(
-        self,
-        candidates: Sequence[tuple[int, Layout, Training]],
-        memory_limit_gib: float | None = None,
-        memory_only: bool = True,
-    ) -> list[Figures | Exception | None]:
-        """:meth:`figures` of every (gpus, layout, training), in order, the per-candidate
-        arithmetic in numpy (planner/simulate/vector.py): the Figures, or the PlannerError or
-        ArithmeticError :meth:`figures` raises for it; ``memory_only`` False: None for a
-        candidate over ``memory_limit_gib`` (GiB)."""
-        from planner.simulate.vector import figures_many
-
-        return figures_many(self, candidates, memory_limit_gib, memory_only)
 
     def _vector_memo(self) -> dict:
         """The vector path's keys and tables, kept between calls (created on first use)."""

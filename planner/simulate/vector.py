@@ -89,6 +89,7 @@ class VectorPass:
         self.memo = sim._vector_memo()
         self.default_keys = tuple(layout_defaults(sim.stack, Layout())) if sim.stack else ()
         self.memory_only_figures = True
+        self.bounded: set[int] = set()  # see figures_many
         self.last_ctx: tuple = (-1, None)
         self.row_of: dict[int, tuple] = {}  # candidate -> its row, for a cache miss
 
@@ -293,7 +294,11 @@ class VectorPass:
         """Figures of the timed candidates (rows ``r``); one with a non-finite figure goes to
         the fallback."""
         sim = self.sim
-        ok = (np.isfinite(t.table).all(axis=1) & np.isfinite(t.scalars).all(axis=1)).tolist()
+        ok = np.isfinite(t.table).all(axis=1) & np.isfinite(t.scalars).all(axis=1)
+        small = ok & (np.abs(t.table) < BOUND).all(axis=1) & (np.abs(t.scalars) < BOUND).all(axis=1)
+        small &= (np.abs(mem.table) < BOUND).all(axis=1) & (np.abs(mem.total) < BOUND)
+        self.bounded.update(r[small, ROW.i].tolist())
+        ok = ok.tolist()
         scal, times, mems = t.scalars.tolist(), t.table.tolist(), mem.table.tolist()
         totals, stages = mem.total.tolist(), mem.stage.tolist()
         usable, name = sim.usable, self.stack_name
@@ -314,6 +319,8 @@ class VectorPass:
 
 
 _LOOP = OneF1B.bubble_s
+# a figure below this in magnitude: a sum of a few dozen of them is finite (Evaluator._accept)
+BOUND = 1e300
 MEM_KEYS = ("weights", "gradients", "optimizer_states", "activations", "logits", "overhead")
 STAGE_NAMES = ("first", "last", "only")
 # the time breakdown: the rank categories (stages.stage_categories), then the step's own
@@ -326,12 +333,15 @@ def figures_many(
     cands: Sequence[Candidate],
     memory_limit_gib: float | None = None,
     memory_only: bool = True,
+    bounded: set[int] | None = None,
 ) -> list[Figures | Exception | None]:
     """``sim.figures(layout, training, memory_limit_gib)`` of every (gpus, layout, training),
     in order: the Figures, or the PlannerError / ArithmeticError it raises. ``memory_only``
-    False: None instead of the memory-only Figures of a candidate over the limit (GiB)."""
+    False: None instead of the memory-only Figures of a candidate over the limit (GiB);
+    ``bounded``: receives the candidates whose timed figures are all below BOUND in magnitude."""
     vp = VectorPass(sim, cands, memory_limit_gib)
     vp.memory_only_figures = memory_only
+    vp.bounded = bounded if bounded is not None else set()
     out = vp.run()
     if not memory_only:  # the fallback's memory-only figures too
         out = [None if type(f) is Figures and not f.timed else f for f in out]

@@ -108,7 +108,7 @@ def test_vector_figures_equal_the_batch_path(model_id: str) -> None:
     """figures_many (planner/simulate/vector.py, numpy over the candidates) gives exactly the
     figures of figures() (checked against simulate_step above), with and without a memory
     limit that prunes about half the candidates; most candidates take the vector path."""
-    from planner.simulate.vector import VectorPass
+    from planner.simulate.vector import VectorPass, figures_many
 
     model = planner.load_model(model_id)
     groups: dict = {}
@@ -141,11 +141,17 @@ def test_vector_figures_equal_the_batch_path(model_id: str) -> None:
                 assert _same(g, w), (c, g, w)
             compared += len(cands)
             vectored += len(cands) - len(vp.fallback)
-            pruned = BatchSimulator(model, cluster, profile, stack).figures_many(
-                cands, limit, memory_only=False
+            bounded: set[int] = set()
+            pruned = figures_many(
+                BatchSimulator(model, cluster, profile, stack), cands, limit, False, bounded
             )
             for g, w in zip(pruned, want, strict=True):
                 assert g is None if type(w) is Figures and not w.timed else _same(g, w)
+            for j in bounded:  # what the evaluator then need not check
+                fig = pruned[j]
+                values = [*fig.time_breakdown_s.values(), *fig.memory_breakdown_gib.values()]
+                values += [fig.step_time_s, fig.tokens_per_s, fig.mfu_pct, fig.peak_memory_gib]
+                assert fig.timed and all(abs(v) < 1e300 for v in values)
     assert compared >= 400 and vectored >= compared // 2
 
 
