@@ -144,8 +144,8 @@ class VectorPass:
         """Key every candidate and put its row (ROW fields) in its (pp, ZeRO, ZeRO-3 reshard)
         group, or the candidate in ``fallback``."""
         sim, memo = self.sim, self.memo
-        mids, pids, flights = memo["mid"], memo["pid"], memo["flight"]
-        infos, verdicts, schedules = memo["training"], memo["violation"], memo["schedule"]
+        mids, pids, structs = memo["mid"], memo["pid"], memo["structure"]
+        infos, verdicts = memo["training"], memo["violation"]
         stacked = sim.stack is not None
         for i, (_gpus, layout, training) in enumerate(self.cands):
             info = infos.get(id(training)) or self.training(training)
@@ -163,12 +163,14 @@ class VectorPass:
                     self.fallback.append(i)
                     continue
             tp, cp, dp, pp, ep = a["tp"], a["cp"], a["dp"], a["pp"], a["ep"]
-            expert_tp = tp if (dp * cp) % ep == 0 else 1
-            vpp = a["vpp"] or 1
-            sched = schedules.get((a["schedule"], a["vpp"])) or self.schedule(a)
-            if pp > 1 and (sched.placement != "loop" or type(sched).bubble_s is not _LOOP):
+            sk = (info.tix, tp, cp, dp, pp, ep, a["vpp"], a["schedule"])
+            st = structs.get(sk, _batch._UNKNOWN)
+            if st is _batch._UNKNOWN:
+                st = structs[sk] = self.structure(a, training)
+            if st is None:  # a schedule this path does not cover
                 self.fallback.append(i)
                 continue
+            expert_tp, vpp, m, fid = st
             mk = (_MEMORY(a), expert_tp, info.layer_id)
             mid = mids.get(mk)
             if mid is None and (mid := self.new_mid(mk, i)) is None:
@@ -178,10 +180,6 @@ class VectorPass:
             if pid is None and (pid := new_pid(self, mid, pp, i)) is None:
                 self.fallback.append(i)
                 continue
-            m = training.global_batch // (training.micro_batch * dp)
-            fid = flights.get((pp, vpp, m, sched))
-            if fid is None:
-                fid = new_flight(memo, sim.model.layers, pp, vpp, m, sched)
             gk = (pp, a["zero"], a["zero3_reshard_after_forward"])
             group = self.groups.get(gk)
             if group is None:
@@ -192,11 +190,21 @@ class VectorPass:
                  a["pp_scatter_gather"], a["overlap_tp_comm"], a["overlap_ep_comm"])
             )  # fmt: skip
 
-    def schedule(self, a: dict):  # noqa: ANN201 - a Schedule
-        """The schedule of a layout of field values ``a`` (schedule_of's), kept."""
-        name, vpp = a["schedule"], a["vpp"]
-        found = self.memo["schedule"][name, vpp] = SCHEDULES[name or default_schedule_name(vpp)]
-        return found
+    def structure(self, a: dict, training: Training) -> tuple | None:
+        """(expert TP, chunks per rank, micro-batches, activations-in-flight id) of a layout of
+        field values ``a`` and ``training``; None under a schedule this path does not cover
+        (a V placement, a bubble other than the 1F1B / interleaved one)."""
+        name, vpp, pp = a["schedule"], a["vpp"], a["pp"]
+        sched = SCHEDULES[name or default_schedule_name(vpp)]  # schedule_of's
+        if pp > 1 and (sched.placement != "loop" or type(sched).bubble_s is not _LOOP):
+            return None
+        tp, cp, dp, ep = a["tp"], a["cp"], a["dp"], a["ep"]
+        chunks = vpp or 1
+        m = training.global_batch // (training.micro_batch * dp)
+        fid = self.memo["flight"].get((pp, chunks, m, sched))
+        if fid is None:
+            fid = new_flight(self.memo, self.sim.model.layers, pp, chunks, m, sched)
+        return (tp if (dp * cp) % ep == 0 else 1), chunks, m, fid
 
     def violation(self, i: int, a: dict, tr: Training) -> Exception | None:
         """What the stack cannot run of candidate ``i`` (field values ``a``), under the
