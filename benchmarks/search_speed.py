@@ -12,7 +12,8 @@ are generated once, then costed (CPU seconds of this process, one core):
   a candidate that cannot fit never costed;
 * ``vec+mem``: ``planner.simulate.vector.figures_many``, the per-candidate
   arithmetic in numpy over all the candidates at once, memory first (what exhaustive search
-  runs since issue 16).
+  runs since issue 16); ``warm``: the same again on that simulator, every shared stage
+  already costed.
 
 The second table times whole ``planner.search`` calls (exhaustive, default stack) in a fresh
 process each (its CPU seconds include importing numpy, about 0.1-0.2 s, which the vector path
@@ -81,7 +82,8 @@ def _rate(fn, items: list) -> float:  # noqa: ANN001
 def rates(skip_old: bool) -> None:
     print(
         f"{'model':14} {'GPUs':>6} {'layers':>6} {'cands':>7} {'fit':>7} "
-        f"{'old/s':>8} {'new/s':>8} {'new+mem/s':>10} {'vec+mem/s':>10} {'x old':>6}"
+        f"{'old/s':>8} {'new/s':>8} {'new+mem/s':>10} {'vec+mem/s':>10} {'x old':>6} "
+        f"{'warm/s':>8}"
     )
     for problem in RATE_PROBLEMS:
         print(_rate_row(*problem, skip_old=skip_old))
@@ -103,9 +105,12 @@ def _rate_row(model_id: str, cluster_id: str, gpus: int, gb: int, seq: int, skip
     vector = BatchSimulator(model, cluster, prof, stack)
     vec = _rate(lambda cands: figures_many(vector, cands, limit, False), [found])
     vec *= len(found)
+    # the same candidates again on that simulator: every shared stage already costed (a
+    # sweep's next global batch, a search after a changed knob)
+    warm = _rate(lambda cands: figures_many(vector, cands, limit, False), [found]) * len(found)
     return (
         f"{model_id:14} {gpus:6d} {model.layers:6d} {len(found):7d} {fits:7d} "
-        f"{old:8.0f} {new:8.0f} {mem:10.0f} {vec:10.0f} {vec / old:6.1f}"
+        f"{old:8.0f} {new:8.0f} {mem:10.0f} {vec:10.0f} {vec / old:6.1f} {warm:8.0f}"
     )
 
 

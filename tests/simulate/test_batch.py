@@ -100,7 +100,10 @@ def _same(got: object, want: object) -> bool:
         return type(got) is type(want) and getattr(got, "field", None) == getattr(
             want, "field", None
         )
-    return got == want
+    same_types = all(
+        type(getattr(got, k)) is type(getattr(want, k)) for k in getattr(want, "__slots__", ())
+    )
+    return got == want and same_types  # builtin ints and floats, not numpy scalars
 
 
 @pytest.mark.parametrize("model_id", MODELS)
