@@ -91,7 +91,7 @@ _LAYER_TRAINING = operator.attrgetter(*LAYER_TRAINING_FIELDS)
 _Peak = tuple[dict[str, float], str, float, "Params"]  # memory_peak's GiB, rank, total, params
 # the vector path's memo (planner/simulate/vector.py): key -> id dicts and tables by id
 VECTOR_DICTS = ("training", "layer_training", "update", "mid", "schedule", "pid", "flight")
-VECTOR_DICTS += ("lid", "pp_s", "coll", "violation", "structure")
+VECTOR_DICTS += ("lid", "pp_s", "coll", "structure")
 VECTOR_LISTS = ("mid_rows", "mid_num", "pid_num", "pid_params", "flight_num", "tconsts")
 VECTOR_LISTS += ("lid_num", "lid_key", "pid_key")
 

@@ -57,6 +57,8 @@ class _TrainingInfo:
     layer_id: int  # interned layer-training fields
     covered: bool  # no error, no offload, not a per-tensor optimizer, Python < 3.12
     tix: int  # its row of _training_consts in the memo's "tconsts"
+    recompute: str = ""  # the applied Training's, read by the stack's verdict
+    precision: str = ""
 
 
 def _training_consts(sim: BatchSimulator, tr: Training) -> tuple:
@@ -114,7 +116,9 @@ class VectorPass:
                 covered = covered and tr.optimizer_kernel != "per_tensor"
                 self.memo["tconsts"].append(_training_consts(sim, tr))
                 tix = len(self.memo["tconsts"]) - 1
-                info = _TrainingInfo(training, tr, None, lid, covered, tix)
+                info = _TrainingInfo(
+                    training, tr, None, lid, covered, tix, tr.recompute, tr.precision
+                )
             except Exception as exc:  # noqa: BLE001 - the one-layout path raises it again
                 info = _TrainingInfo(training, None, exc, -1, False, -1)
             memo[id(training)] = info
@@ -145,7 +149,7 @@ class VectorPass:
         group, or the candidate in ``fallback``."""
         sim, memo = self.sim, self.memo
         mids, pids, structs = memo["mid"], memo["pid"], memo["structure"]
-        infos, verdicts = memo["training"], memo["violation"]
+        infos, verdicts = memo["training"], sim._violations
         stacked = sim.stack is not None
         for i, (_gpus, layout, training) in enumerate(self.cands):
             info = infos.get(id(training)) or self.training(training)
@@ -154,11 +158,11 @@ class VectorPass:
                 continue
             a, update = self.applied(layout)
             self.row_of[i] = (info, update)
-            if stacked:
-                vkey = (_VIOLATION(a), info.tix)
+            if stacked:  # what the stack cannot run, under the one-layout path's key
+                vkey = (_VIOLATION(a), info.recompute, info.precision)
                 err = verdicts.get(vkey, _batch._UNKNOWN)
                 if err is _batch._UNKNOWN:
-                    err = verdicts[vkey] = self.violation(i, a, info.applied)
+                    err = self.violation(i, vkey, info.applied)
                 if err is not None:
                     self.fallback.append(i)
                     continue
@@ -206,14 +210,11 @@ class VectorPass:
             fid = new_flight(self.memo, self.sim.model.layers, pp, chunks, m, sched)
         return (tp if (dp * cp) % ep == 0 else 1), chunks, m, fid
 
-    def violation(self, i: int, a: dict, tr: Training) -> Exception | None:
-        """What the stack cannot run of candidate ``i`` (field values ``a``), under the
-        one-layout path's key (BatchSimulator._applied)."""
+    def violation(self, i: int, key: tuple, tr: Training) -> Exception | None:
+        """What the stack cannot run of candidate ``i``, kept under ``key`` (the one-layout
+        path's, BatchSimulator._applied)."""
         sim = self.sim
-        key = (_VIOLATION(a), tr.recompute, tr.precision)
-        err = sim._violations.get(key, _batch._UNKNOWN)
-        if err is _batch._UNKNOWN:
-            err = sim._violations[key] = stack_violation(sim.stack, self.layout(i), tr)
+        err = sim._violations[key] = stack_violation(sim.stack, self.layout(i), tr)
         return err
 
     def layout(self, i: int) -> Layout:
