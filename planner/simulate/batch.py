@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from planner.costs import comms, compute, pipeline
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
+from planner.simulate.data_parallel import DataParallel, dp_traffic
 from planner.simulate.planning import stage_plans
 from planner.simulate.stages import (
     Context,
-    DataParallel,
     Edges,
     Params,
     Stack,
-    dp_traffic,
     edge_costs,
     edge_work,
     layer_memory,
@@ -67,6 +66,8 @@ NOT_READ_BY_LAYERS = frozenset(
         "overlap_dp_grad_reduce",
         "overlap_zero3_param_gather",
         "pp_scatter_gather",
+        "overlap_pp_comm",
+        "zero3_collectives",
     }
 )
 LAYER_LAYOUT_FIELDS = tuple(f for f in Layout.model_fields if f not in NOT_READ_BY_LAYERS)
