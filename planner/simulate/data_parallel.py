@@ -74,6 +74,10 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         units = max(params.stage_layers, 1.0)
         ag = units * coll("all_gather", memory.param_gather_bytes(training), units)
         rs = units * coll("reduce_scatter", grad_b, units)
+        copy_out = 0.0  # seconds per gather of the stage, exposed (the compute stream)
+        if layout.zero3_collectives == "per_layer_copy_out":
+            copy_out, rs_copy_in = fsdp2_copies_s(ctx, params)
+            rs += rs_copy_in  # on the reduce-scatter stream, before its collective
         if not layout.zero3_reshard_after_forward:
             # the stage stays gathered: one all-gather per layer and step (the first forward,
             # prefetched) and one reduce-scatter per layer after the last backward has ended
@@ -81,13 +85,15 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
             gather = ag
             if layout.overlap_zero3_param_gather:
                 gather = comms.exposed_time_s(ag, stage_fwd, fabric) + ag / units
-            return DataParallel(0.0, 0.0, gather + rs, 0.0, ag + rs)
+            return DataParallel(0.0, 0.0, gather + rs + copy_out, 0.0, ag + rs + copy_out)
         if not layout.overlap_zero3_param_gather:
-            return DataParallel(2 * ag + rs, ag, 0.0, 2 * ag + rs, 0.0)
+            raw = 2 * (ag + copy_out) + rs
+            return DataParallel(raw, ag + copy_out, 0.0, raw, 0.0)
         first_layer = ag / max(params.stage_layers, 1.0)
-        fwd = comms.exposed_time_s(ag, stage_fwd, fabric)
-        dp_per_mb = fwd + comms.exposed_time_s(ag + rs, stage_bwd, fabric) + first_layer
-        return DataParallel(dp_per_mb, fwd + first_layer, 0.0, 2 * ag + rs, 0.0)
+        fwd = comms.exposed_time_s(ag, stage_fwd, fabric) + copy_out
+        dp_per_mb = fwd + comms.exposed_time_s(ag + rs, stage_bwd, fabric) + copy_out
+        dp_per_mb += first_layer
+        return DataParallel(dp_per_mb, fwd + first_layer, 0.0, 2 * (ag + copy_out) + rs, 0.0)
     if layout.zero == 0:
         reduce = coll("all_reduce", grad_b)
         gather = 0.0
@@ -128,3 +134,21 @@ def _per_tensor_list(
     rs = tensors * (coll("reduce_scatter", memory.grad_bytes(training), tensors) + copies)
     gathers = 3.0 if training.recompute == "full" else 2.0
     return DataParallel(gathers * ag + rs, ag, 0.0, gathers * ag + rs, 0.0)
+
+
+def fsdp2_copies_s(ctx: Context, params: Params) -> tuple[float, float]:
+    """(seconds to copy one gather of the stage's parameters out of the all-gather buffer,
+    seconds to copy its gradients into the reduce-scatter buffer), HBM bound.
+
+    FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py; _composable/fsdp before
+    torch 2.6): ``foreach_all_gather_copy_out`` waits for the all-gather on the current
+    (compute) stream and ``split_with_sizes_copy``-s the flat output into each parameter's
+    unsharded tensor, reading and writing every gathered byte; ``foreach_reduce``
+    ``_chunk_cat``-s the unsharded gradients into the reduce-scatter input (in the reduce
+    dtype) on the reduce-scatter stream. Expert parameters count as dense ones here."""
+    training, bw = ctx.training, ctx.dev.hbm_bytes_per_s
+    n = params.dense + params.stage_experts
+    gather_b = memory.param_gather_bytes(training)
+    copy_out = n * 2.0 * gather_b / bw
+    rs_in = n * (training.act_bytes + memory.grad_bytes(training)) / bw
+    return copy_out, rs_in

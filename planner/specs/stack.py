@@ -132,8 +132,9 @@ class StackDataParallel(Spec):
     zero3_collectives: Zero3Collectives = Field(
         default="per_layer",
         description="how ZeRO-3 / FSDP issues its gathers and reductions "
-        "(Layout.zero3_collectives): per_layer, or per_tensor_list (DeepSpeed 0.3: one "
-        "list-form collective per parameter tensor)",
+        "(Layout.zero3_collectives): per_layer, per_layer_copy_out (FSDP2's copy-out of "
+        "every gather) or per_tensor_list (DeepSpeed 0.3: one list-form collective per "
+        "parameter tensor)",
     )
 
 

@@ -117,3 +117,36 @@ def test_stacks_set_the_p2p_overlap_as_their_source_says():
         assert got.overlap_pp_comm is want, name
     got, _ = apply_stack(planner.load_stack("deepspeed-zero3-2021"), model, Layout(dp=8), training)
     assert got.zero3_collectives == "per_tensor_list"
+
+
+def test_fsdp2_copy_out_adds_two_copies_per_micro_batch(llama8b, h100):
+    from planner.simulate.data_parallel import fsdp2_copies_s
+
+    training = Training(seq_len=4096, global_batch=64)
+    kw = dict(dp=8, zero=3, overlap_zero3_param_gather=False)
+    ctx, params, plain = _dp(llama8b, h100, Layout(**kw, zero3_collectives="per_layer"), training)
+    _, _, fsdp2 = _dp(llama8b, h100, Layout(**kw, zero3_collectives="per_layer_copy_out"), training)
+    copy_out, rs_in = fsdp2_copies_s(ctx, params)
+    assert copy_out > 0 and rs_in > 0
+    # gathered bytes read and written once per gather: forward and backward
+    assert fsdp2.per_mb == pytest.approx(plain.per_mb + 2 * copy_out + rs_in, rel=1e-12)
+    # with prefetch the copy-out still shows: it runs on the compute stream
+    on = dict(dp=8, zero=3, overlap_zero3_param_gather=True)
+    hidden = _dp(llama8b, h100, Layout(**on, zero3_collectives="per_layer"), training)[2]
+    shown = _dp(llama8b, h100, Layout(**on, zero3_collectives="per_layer_copy_out"), training)[2]
+    assert shown.per_mb >= hidden.per_mb + 2 * copy_out - 1e-15
+
+
+def test_torchtitan_stacks_copy_out_and_fsdp1_does_not():
+    from planner.stacks import apply_stack
+
+    model = planner.load_model("llama3.1-8b")
+    layout, training = Layout(dp=8, zero=3), Training(seq_len=4096, global_batch=64)
+    for name, want in [
+        ("torchtitan-eager", "per_layer_copy_out"),
+        ("torchtitan-compiled", "per_layer_copy_out"),
+        ("llm-foundry", "per_layer"),
+        ("megatron-core", "per_layer"),
+    ]:
+        got, _ = apply_stack(planner.load_stack(name), model, layout, training)
+        assert got.zero3_collectives == want, name
