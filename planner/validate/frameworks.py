@@ -8,6 +8,9 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
   2021-22 Megatron-LM papers: Narayanan et al. 2021, Korthikanti et al. 2022) is
   ``megatron-lm-2021`` (materialised attention, dropout); on Hopper and later it can only be
   the Megatron-Core code base that reached those GPUs (2023-), so ``megatron-core``;
+* ``megatron-deepspeed`` on such a GPU is ``megatron-deepspeed-2022`` (the BLOOM / MT-NLG code:
+  full activation checkpointing only, no sequence parallelism); on Hopper and later the
+  fork after its July 2023 rebase on Megatron-LM, ``megatron-deepspeed``;
 * ``megatron-lm`` with ``zero: 3`` on such a GPU ran DeepSpeed's ZeRO-3 of the day on
   Megatron's model (``deepspeed-zero3-2021``): Megatron-LM itself never had ZeRO-3 (its
   distributed optimizer is ZeRO-1), and Narayanan et al. 2021 section 5.2 compares with
@@ -36,7 +39,7 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "nemo": "nemo",
     "nvidia-nemo": "nemo",
     "megatron-bridge": "megatron-bridge",
-    "megatron-deepspeed": "megatron-deepspeed",
+    "megatron-deepspeed": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
     "deepspeed": "deepspeed-zero",
     "deepspeed-zero": "deepspeed-zero",
     "torchtitan": "torchtitan-compiled",  # precision fp8: torchtitan-compiled-float8
@@ -51,6 +54,7 @@ FRAMEWORK_STACKS: dict[str, str] = {
 BY_GENERATION: dict[tuple[str, bool], str] = {
     ("megatron-lm", True): "megatron-core",
     ("megatron", True): "megatron-core",
+    ("megatron-deepspeed", True): "megatron-deepspeed",
 }
 # frameworks whose stack depends on the ZeRO stage: (framework, has FP8 tensor cores, zero 3)
 BY_ZERO3: dict[tuple[str, bool], str] = {

@@ -69,6 +69,8 @@ def test_framework_table_maps_names_to_shipped_stacks():
     assert z3 == ("deepspeed-zero3-2021", None)
     assert stack_for_framework("megatron-lm", a100, "fp16", zero=1)[0] == "megatron-lm-2021"
     assert stack_for_framework("megatron-lm", h100, "bf16", zero=3)[0] == "megatron-core"
+    assert stack_for_framework("megatron-deepspeed", a100, "bf16")[0] == "megatron-deepspeed-2022"
+    assert stack_for_framework("megatron-deepspeed", h100, "bf16")[0] == "megatron-deepspeed"
     assert stack_for_framework("torchtitan", h100, "fp8")[0] == "torchtitan-compiled-float8"
     assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-compiled"
     assert stack_for_framework("llm-foundry", h100, None)[0] == "llm-foundry"
@@ -229,6 +231,7 @@ FRAMEWORK_OF = {
     "deepspeed-zero3-2021": "megatron-lm",  # a ZeRO-3 row on A100 (frameworks.BY_ZERO3)
     "megatron-core": "megatron-core",
     "megatron-deepspeed": "megatron-deepspeed",
+    "megatron-deepspeed-2022": "megatron-deepspeed",  # on an A100 (frameworks.BY_GENERATION)
     "nemo": "nemo",
     "megatron-bridge": "megatron-bridge",
     "llm-foundry": "llm-foundry",
