@@ -36,7 +36,9 @@ STACK_LAYOUT_FIELDS = (
     "overlap_dp_grad_reduce",
     "overlap_zero3_param_gather",
     "pp_scatter_gather",
+    "overlap_pp_comm",
     "zero3_reshard_after_forward",
+    "zero3_collectives",
 )
 STACK_TRAINING_FIELDS = (
     "attention_kernel",
@@ -109,7 +111,9 @@ def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
         "overlap_dp_grad_reduce": o.dp_grad_reduce,
         "overlap_zero3_param_gather": o.zero3_param_gather,
         "pp_scatter_gather": o.pp_scatter_gather and layout.pp > 1,
+        "overlap_pp_comm": o.pp_p2p_interleaved and layout.pp > 1,
         "zero3_reshard_after_forward": not (stack.data_parallel.gathered_with_pp and layout.pp > 1),
+        "zero3_collectives": stack.data_parallel.zero3_collectives,
     }
 
 

@@ -53,7 +53,12 @@ def describe(kind: str, spec_id: str) -> str:
 
 def framework_rows() -> list[tuple[str, str]]:
     """Schema 1 framework names and the stack each stands for (planner/validate/frameworks.py)."""
-    from planner.validate.frameworks import BY_GENERATION, BY_PRECISION, FRAMEWORK_STACKS
+    from planner.validate.frameworks import (
+        BY_GENERATION,
+        BY_PRECISION,
+        BY_ZERO3,
+        FRAMEWORK_STACKS,
+    )
 
     rows = []
     for name, stack in FRAMEWORK_STACKS.items():
@@ -61,6 +66,11 @@ def framework_rows() -> list[tuple[str, str]]:
             f"{s} on GPUs with FP8 tensor cores"
             for (n, fp8), s in BY_GENERATION.items()
             if n == name and fp8
+        ]
+        extra += [
+            f"{s} with ZeRO-3 on GPUs without FP8 tensor cores"
+            for (n, fp8), s in BY_ZERO3.items()
+            if n == name and not fp8
         ]
         extra += [f"{s} with precision {p}" for (n, p), s in BY_PRECISION.items() if n == name]
         rows.append((name, stack + (f" ({'; '.join(extra)})" if extra else "")))

@@ -12,9 +12,10 @@ from dataclasses import replace
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
+from planner.simulate.data_parallel import DP_BUCKET_PARAMS
 from planner.simulate.layers import TP_OVERLAP_FRACTION, moe_imbalance
 from planner.simulate.notes import check_finite, default_assumptions
-from planner.simulate.stages import DP_BUCKET_PARAMS, HOST_LINK_EFFICIENCY, offload_exposed_s
+from planner.simulate.stages import HOST_LINK_EFFICIENCY, offload_exposed_s
 from planner.simulate.step import build_step
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training

@@ -23,14 +23,13 @@ from dataclasses import dataclass
 from planner.costs import comms, compute, pipeline
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
+from planner.simulate.data_parallel import DataParallel, dp_traffic
 from planner.simulate.planning import stage_plans
 from planner.simulate.stages import (
     Context,
-    DataParallel,
     Edges,
     Params,
     Stack,
-    dp_traffic,
     edge_costs,
     edge_work,
     layer_memory,
@@ -68,6 +67,8 @@ NOT_READ_BY_LAYERS = frozenset(
         "overlap_dp_grad_reduce",
         "overlap_zero3_param_gather",
         "pp_scatter_gather",
+        "overlap_pp_comm",
+        "zero3_collectives",
     }
 )
 LAYER_LAYOUT_FIELDS = tuple(f for f in Layout.model_fields if f not in NOT_READ_BY_LAYERS)
@@ -91,7 +92,7 @@ _LAYER_TRAINING = operator.attrgetter(*LAYER_TRAINING_FIELDS)
 _Peak = tuple[dict[str, float], str, float, "Params"]  # memory_peak's GiB, rank, total, params
 # the vector path's memo (planner/simulate/vector.py): key -> id dicts and tables by id
 VECTOR_DICTS = ("training", "layer_training", "update", "mid", "schedule", "pid", "flight")
-VECTOR_DICTS += ("lid", "pp_s", "coll", "structure")
+VECTOR_DICTS += ("lid", "pp_s", "coll", "copies", "structure")
 VECTOR_LISTS = ("mid_rows", "mid_num", "pid_num", "pid_params", "flight_num", "tconsts")
 VECTOR_LISTS += ("lid_num", "lid_key", "pid_key")
 

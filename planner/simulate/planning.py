@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from planner.costs import pipeline
 from planner.plan import StageRecipe, StageSpec
+from planner.simulate.data_parallel import DataParallel
 from planner.simulate.stages import (
     Context,
-    DataParallel,
     Edges,
     RankCosts,
     Stack,

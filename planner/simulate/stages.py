@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from planner.costs import comms, compute, elementwise, flops, memory, pipeline
 from planner.profile import CalibrationProfile
@@ -26,10 +26,11 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
+if TYPE_CHECKING:
+    from planner.simulate.data_parallel import DataParallel
+
 T = TypeVar("T")
 
-# Megatron-Core DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot overlap.
-DP_BUCKET_PARAMS = 40e6
 # Achieved over peak host-link bandwidth: nvbandwidth on 8 x H200 measures 55.4 GB/s
 # host-to-device and 55.1 GB/s device-to-host on PCIe Gen5 x16 (63 GB/s; shared/reference
 # hardware.md A3).
@@ -302,17 +303,6 @@ def params_per_gpu(ctx: Context, stack: Stack) -> Params:
     )
 
 
-@dataclass(slots=True)
-class DataParallel:
-    """Exposed data-parallel seconds per micro-batch and per step, and what they came from."""
-
-    per_mb: float  # exposed, every micro-batch (ZeRO-2 reduce-scatter, ZeRO-3 traffic)
-    per_mb_f: float  # its forward part (ZeRO-3 parameter all-gather)
-    step: float  # exposed, once per step (ZeRO 0/1 reduction and gather)
-    raw_per_mb: float  # before overlap
-    raw_step: float
-
-
 def shared_value(ctx: Context, key: tuple, compute: Callable[[], T]) -> T:
     """``compute()``, kept under ``key`` in ``ctx.shared`` when the context has one (the
     layouts of one search share such pure results: planner/simulate/batch.py)."""
@@ -333,66 +323,6 @@ def shared_collective_s(
         ("collective", kind, nbytes, group),
         lambda: comms.collective_time_s(kind, nbytes, group, ctx.fabric),
     )
-
-
-def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
-    """Gradient reduction and parameter gathers over DP x CP (experts over their group)."""
-    layout, training, fabric, m = ctx.layout, ctx.training, ctx.fabric, ctx.microbatches
-    grad_b = memory.grad_bytes(training)
-    dp_group = ctx.groups.dp_cp
-    edp = max(1, layout.tp * layout.dp * layout.cp // (layout.ep * layout.expert_tp))
-    edp_group = comms.place(edp, layout.ep * layout.expert_tp, fabric.domain_gpus)
-    per_layer = stack.per_layer
-    stage_fwd = params.stage_layers * per_layer["fwd"]
-    stage_bwd = params.stage_layers * (per_layer["bwd"] + per_layer["recompute"])
-    dense_p = params.dense
-
-    def coll(kind: comms.Collective, nbytes_per_param: float, units: float = 1.0) -> float:
-        """One of ``units`` equal collectives over the stage's parameters (dense over DP x
-        CP, experts over their DP group)."""
-        return shared_collective_s(
-            ctx, kind, dense_p * nbytes_per_param / units, dp_group
-        ) + shared_collective_s(
-            ctx, kind, params.stage_experts * nbytes_per_param / units, edp_group
-        )
-
-    bucket_frac = min(1.0, DP_BUCKET_PARAMS / max(params.local, 1.0))
-    if layout.zero >= 3:
-        # one all-gather and one reduce-scatter per layer and pass: ZeRO-3 / FSDP shard each
-        # transformer block as a unit (torchtitan fully_shard per TransformerBlock, FSDP1
-        # auto-wrap per block), so every layer pays the collective's latency once
-        units = max(params.stage_layers, 1.0)
-        ag = units * coll("all_gather", memory.param_gather_bytes(training), units)
-        rs = units * coll("reduce_scatter", grad_b, units)
-        if not layout.zero3_reshard_after_forward:
-            # the stage stays gathered: one all-gather per layer and step (the first forward,
-            # prefetched) and one reduce-scatter per layer after the last backward has ended
-            # (torch.distributed.pipelining runs FSDP's post-backward by hand then: exposed)
-            gather = ag
-            if layout.overlap_zero3_param_gather:
-                gather = comms.exposed_time_s(ag, stage_fwd, fabric) + ag / units
-            return DataParallel(0.0, 0.0, gather + rs, 0.0, ag + rs)
-        if not layout.overlap_zero3_param_gather:
-            return DataParallel(2 * ag + rs, ag, 0.0, 2 * ag + rs, 0.0)
-        first_layer = ag / max(params.stage_layers, 1.0)
-        fwd = comms.exposed_time_s(ag, stage_fwd, fabric)
-        dp_per_mb = fwd + comms.exposed_time_s(ag + rs, stage_bwd, fabric) + first_layer
-        return DataParallel(dp_per_mb, fwd + first_layer, 0.0, 2 * ag + rs, 0.0)
-    if layout.zero == 0:
-        reduce = coll("all_reduce", grad_b)
-        gather = 0.0
-    else:
-        reduce = coll("reduce_scatter", grad_b)
-        gather = coll("all_gather", memory.param_gather_bytes(training))
-    raw = reduce + gather
-    if layout.overlap_dp_grad_reduce:
-        reduce = comms.exposed_time_s(reduce, stage_bwd, fabric, bucket_frac)
-        gather = comms.exposed_time_s(gather, stage_fwd, fabric, bucket_frac)
-    if layout.zero == 2 and m > 1:
-        # sharded gradients cannot accumulate locally: every micro-batch reduce-scatters its
-        # gradients into the shard (ZeRO-2, Rajbhandari et al. 2020, section 5.2)
-        return DataParallel(reduce, 0.0, gather, raw - gather, gather)
-    return DataParallel(0.0, 0.0, reduce + gather, 0.0, raw)
 
 
 def offload_exposed_s(
@@ -489,6 +419,19 @@ def rank_costs(
         else:
             t_sum_extra = 0.0
     totals = [sum(c.values()) for c in stages]
-    k = max(range(len(stages)), key=totals.__getitem__)
     t_sum = totals[0] + (totals[1] if layout.pp > 1 else 0.0) + t_sum_extra
+    if layout.overlap_pp_comm and ctx.schedule.name == "interleaved" and pp_s > 0.0:
+        totals = [_hide_pp_hops(c, pp_s, ctx.fabric) for c in stages]  # t_sum keeps the fill's
+    k = max(range(len(stages)), key=totals.__getitem__)
     return RankCosts(stages, max(totals), t_sum, k)
+
+
+def _hide_pp_hops(cats: dict[str, float], pp_s: float, fabric: comms.Fabric) -> float:
+    """Overlapped pipeline p2p (interleaved schedule, Megatron-Core ``overlap_p2p_comm``): in
+    the steady state each chunk's send and receive run while a neighbouring chunk computes,
+    so only the hops' excess over the rank's compute shows, and the hidden part's contention
+    (:func:`comms.exposed_time_s`). ``cats`` is updated in place; returns its new total,
+    seconds per micro-batch."""
+    rest = sum(cats.values()) - pp_s
+    cats["pp_comm"] = comms.exposed_time_s(pp_s, rest, fabric)
+    return rest + cats["pp_comm"]

@@ -16,15 +16,14 @@ from planner.plan import StageRecipe, StageSpec, StepPlan, build_stages, pass_ti
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.schedules import StageTimes
+from planner.simulate.data_parallel import DataParallel, dp_traffic, param_tensors
 from planner.simulate.notes import default_assumptions, host_note, schedule_notes
 from planner.simulate.planning import stage_plans
 from planner.simulate.stages import (
     Context,
-    DataParallel,
     Params,
     RankCosts,
     Stack,
-    dp_traffic,
     edge_costs,
     edge_work,
     layer_stack,
@@ -147,18 +146,6 @@ def optimizer_time_s(ctx: Context, params: Params) -> float:
             lambda: param_tensors(ctx.model, ctx.layout, params.stage_layers),
         )
     return max(gpu, ops * ctx.dev.host_op_s)
-
-
-def param_tensors(model: ModelSpec, layout: Layout, stage_layers: float) -> float:
-    """Parameter tensors a rank of ``stage_layers`` layers holds: each GEMM weight (a routed
-    expert's own per local expert) and two norms per layer, at the model's mix of layer kinds,
-    plus the embedding, the output head and the final norm."""
-    total = per_layer = 0.0
-    for layer, count in model.layer_kinds():
-        g = flops.layer_flops(model, layout, Training(seq_len=1, global_batch=1), layer).gemms
-        per_layer += count * (sum(x.count for x in g) + 2.0)
-        total += count
-    return stage_layers * per_layer / max(total, 1.0) + 3.0
 
 
 def step_times(

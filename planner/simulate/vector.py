@@ -184,6 +184,15 @@ class VectorPass:
             if pid is None and (pid := new_pid(self, mid, pp, i)) is None:
                 self.fallback.append(i)
                 continue
+            zc = a["zero"] >= 3 and a["zero3_collectives"] == "per_layer_copy_out"
+            if a["zero"] >= 3 and a["zero3_collectives"] == "per_tensor_list":
+                self.fallback.append(i)  # DeepSpeed 0.3's per-tensor collectives
+                continue
+            # stages.rank_costs: p2p hidden in the steady state of the interleaved schedule
+            opp = (
+                a["overlap_pp_comm"]
+                and (a["schedule"] or default_schedule_name(a["vpp"])) == "interleaved"
+            )
             gk = (pp, a["zero"], a["zero3_reshard_after_forward"])
             group = self.groups.get(gk)
             if group is None:
@@ -191,7 +200,7 @@ class VectorPass:
             group.append(
                 (i, mid, pid, fid, info.tix, vpp, m, tp, cp, dp, ep, expert_tp,
                  a["overlap_dp_grad_reduce"], a["overlap_zero3_param_gather"],
-                 a["pp_scatter_gather"], a["overlap_tp_comm"], a["overlap_ep_comm"])
+                 a["pp_scatter_gather"], a["overlap_tp_comm"], a["overlap_ep_comm"], opp, zc)
             )  # fmt: skip
 
     def structure(self, a: dict, training: Training) -> tuple | None:

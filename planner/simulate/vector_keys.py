@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner.costs import comms, memory, pipeline
+from planner.simulate.data_parallel import DP_BUCKET_PARAMS, fsdp2_copies_s
 from planner.simulate.layers import LAYER_KEYS
-from planner.simulate.stages import DP_BUCKET_PARAMS, params_per_gpu, shared_collective_s
+from planner.simulate.stages import params_per_gpu, shared_collective_s
 from planner.simulate.vector_math import PER_LAYER, Columns
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ ROW = SimpleNamespace(
         name: k
         for k, name in enumerate(
             ("i", "mid", "pid", "fid", "tix", "vpp", "m", "tp", "cp", "dp", "ep", "etp")
-            + ("odp", "oz3", "psg", "otp", "oep")
+            + ("odp", "oz3", "psg", "otp", "oep", "opp", "zc")
         )
     }
 )
@@ -204,6 +205,14 @@ def _collectives(vp: VectorPass, pid: int, zero: int, groups: tuple, g_b: float,
     return coll("reduce_scatter", g_b), coll("all_gather", ga_b)
 
 
+def _copies(vp: VectorPass, copies: dict, pid: int, tix: int, i: int) -> tuple[float, float]:
+    """``data_parallel.fsdp2_copies_s`` of candidate ``i``'s parameters and training, kept
+    under (parameter key, training)."""
+    out = fsdp2_copies_s(vp.ctx(i), vp.memo["pid_params"][pid])
+    copies[vp.memo["pid_key"][pid], tix] = out
+    return out
+
+
 def time_inputs(
     vp: VectorPass, pp: int, zero: int, r: np.ndarray, mem: Columns, keys: tuple
 ) -> Columns | None:
@@ -212,9 +221,30 @@ def time_inputs(
     memo = vp.memo
     lids, pps, colls = memo["lid"], memo["pp_s"], memo["coll"]
     tt_l, pnum = memo["tconsts"], memo["pid_key"]
-    lid_l, pps_l, c1_l, c2_l = [], [], [], []
+    lid_l, pps_l, c1_l, c2_l, cp_l, rsi_l = [], [], [], [], [], []
+    copies = memo["copies"]
     for row in r.tolist():
-        i, mid, pid, _fid, tix, vpp, _m, tp, cp, dp, ep, etp, _odp, _oz3, psg, otp, oep = row
+        (
+            i,
+            mid,
+            pid,
+            _fid,
+            tix,
+            vpp,
+            _m,
+            tp,
+            cp,
+            dp,
+            ep,
+            etp,
+            _odp,
+            _oz3,
+            psg,
+            otp,
+            oep,
+            _opp,
+            zc,
+        ) = row
         lk = (mid, otp, oep)
         lid = lids.get(lk)
         if lid is None and (lid := _new_lid(vp, lk, mid, i, keys)) is None:
@@ -232,6 +262,11 @@ def time_inputs(
         c = colls.get(ck)
         if c is None:
             c = colls[ck] = _collectives(vp, pid, zero, (tp, cp, dp, ep, etp), g_b, ga_b)
+        copy_out = rs_in = 0.0
+        if zc:  # FSDP2's copies (data_parallel.fsdp2_copies_s): the parameters and the bytes
+            copy_out, rs_in = copies.get((pnum[pid], tix)) or _copies(vp, copies, pid, tix, i)
+        cp_l.append(copy_out)
+        rsi_l.append(rs_in)
         lid_l.append(lid)
         pps_l.append(pp_s)
         c1_l.append(c[0])
@@ -243,9 +278,12 @@ def time_inputs(
         pp_s=np.array(pps_l, dtype=np.float64),
         c1=np.array(c1_l, dtype=np.float64),
         c2=np.array(c2_l, dtype=np.float64),
+        copy_out=np.array(cp_l, dtype=np.float64),
+        rs_in=np.array(rsi_l, dtype=np.float64),
         m=r[:, ROW.m].astype(np.float64),
         odp=r[:, ROW.odp] > 0,
         oz3=r[:, ROW.oz3] > 0,
+        opp=r[:, ROW.opp] > 0,
         gpus=(r[:, ROW.tp] * r[:, ROW.cp] * r[:, ROW.dp] * pp).astype(np.float64),
         dpcp=(r[:, ROW.dp] * r[:, ROW.cp]).astype(np.float64),
         consts=tt[mem.tix],

@@ -94,22 +94,32 @@ def dp_columns(c: Columns, t: Columns, pl: dict, zero: int, reshard: bool) -> tu
     cont = t.contention
     stage_fwd = c.stage_layers * pl["fwd"]
     stage_bwd = c.stage_layers * (pl["bwd"] + pl["recompute"])
-    if zero >= 3:
-        ag, rs = t.c1, t.c2
+    if zero >= 3:  # copy_out / rs_in: FSDP2's copies (0 for the other stacks)
+        ag, rs, copy = t.c1, t.c2 + t.rs_in, t.copy_out
         units = np.maximum(c.stage_layers, 1.0)
         if not reshard:
             gather = np.where(t.oz3, exposed(ag, stage_fwd, cont) + ag / units, ag)
-            return 0.0, gather + rs
+            return 0.0, gather + rs + copy
         first_layer = ag / np.maximum(c.stage_layers, 1.0)
-        fwd = exposed(ag, stage_fwd, cont)
-        hidden = fwd + exposed(ag + rs, stage_bwd, cont) + first_layer
-        return np.where(t.oz3, hidden, 2 * ag + rs), 0.0
+        fwd = exposed(ag, stage_fwd, cont) + copy
+        hidden = fwd + exposed(ag + rs, stage_bwd, cont) + copy
+        hidden = hidden + first_layer
+        return np.where(t.oz3, hidden, 2 * (ag + copy) + rs), 0.0
     reduce = np.where(t.odp, exposed(t.c1, stage_bwd, cont, c.bucket), t.c1)
     gather = np.where(t.odp, exposed(t.c2, stage_fwd, cont, c.bucket), t.c2)
     if zero == 2:
         several = t.m > 1
         return np.where(several, reduce, 0.0), np.where(several, gather, reduce + gather)
     return 0.0, reduce + gather
+
+
+def hide_pp_hops(cats: dict, total: np.ndarray, t: Columns) -> np.ndarray:
+    """``stages._hide_pp_hops`` elementwise where ``t.opp`` (overlapped p2p under the
+    interleaved schedule): ``cats["pp_comm"]`` updated; returns the stage's new total, s."""
+    rest = total - t.pp_s
+    shown = exposed(t.pp_s, rest, t.contention)
+    cats["pp_comm"] = np.where(t.opp, shown, cats["pp_comm"])
+    return np.where(t.opp, rest + shown, total)
 
 
 def time_columns(c: Columns, t: Columns, pp: int, zero: int, reshard: bool, layers: int) -> Columns:
@@ -142,12 +152,14 @@ def time_columns(c: Columns, t: Columns, pp: int, zero: int, reshard: bool, laye
             middle = layers - 2 * edge_layers
             extra = middle * s_layer + (pp - 2) * (t.pp_s + per_mb)
     totals = [sum(s.values()) for s in stages]
+    t_sum = totals[0] + (totals[1] if pp > 1 else 0.0) + extra
+    if pp > 1 and np.any(t.opp):
+        totals = [hide_pp_hops(s, total, t) for s, total in zip(stages, totals, strict=True)]
     k, best = np.zeros(len(s_layer), dtype=np.intp), totals[0]
     for j in range(1, len(totals)):
         better = totals[j] > best
         k = np.where(better, j, k)
         best = np.where(better, totals[j], best)
-    t_sum = totals[0] + (totals[1] if pp > 1 else 0.0) + extra
     m = t.m
     steady = m * best
     bubble = np.maximum(t_sum - best, 0.0) / c.vpp

@@ -35,6 +35,7 @@ Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8"
 # serve both GEMM layouts): torchao enable_fsdp_float8_all_gather is tensorwise-only
 FP8_GATHER_RECIPES = ("delayed", "tensorwise", "mxfp8")
 UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add"]
+Zero3Collectives = Literal["per_layer", "per_layer_copy_out", "per_tensor_list"]
 CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
 # Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
 RecomputeModule = Literal[
@@ -104,10 +105,30 @@ class Layout(_Frozen):
         "stage's parameters stay gathered and its bf16 gradients unreduced through the step, "
         "with one all-gather and one reduce-scatter per layer per step",
     )
+    zero3_collectives: Zero3Collectives = Field(
+        default="per_layer",
+        description="ZeRO-3 / FSDP collectives: per_layer (one all-gather and one "
+        "reduce-scatter per layer and pass into the parameters' own flat buffer: FSDP1, "
+        "Megatron FSDP, DeepSpeed's coalesced gathers); per_layer_copy_out (FSDP2: the same, "
+        "then each gather is copied out of the NCCL buffer into per-parameter tensors on the "
+        "compute stream, and the gradients into the reduce-scatter buffer); "
+        "per_tensor_list (DeepSpeed 0.3.x, 2021: one all-gather per parameter tensor, each "
+        "after a device synchronize, so nothing overlaps, re-gathered for the recompute "
+        "forward, one reduce-scatter per gradient tensor, all list-form: one copy kernel per "
+        "rank each)",
+    )
     overlap_ep_comm: bool = Field(
         default=False,
         description="hide the MoE dispatch/combine all-to-all behind another micro-batch's "
         "compute (Megatron-Core --overlap-moe-expert-parallel-comm; needs vpp >= 2 when pp > 1)",
+    )
+    overlap_pp_comm: bool = Field(
+        default=False,
+        description="overlap the pipeline's point-to-point sends and receives with the "
+        "neighbouring chunk's compute under the interleaved schedule (vpp >= 2; Megatron-Core "
+        "overlap_p2p_comm, which Megatron-LM and Megatron-Bridge enable whenever vpp > 1): "
+        "steady-state hops hide behind compute, the pipeline fill and drain keep them; no "
+        "effect without interleaving",
     )
     pp_scatter_gather: bool = Field(
         default=False,

@@ -39,6 +39,7 @@ from planner.specs.layout import (
     Recompute,
     RecomputeModule,
     Schedule,
+    Zero3Collectives,
 )
 
 AttentionImpl = Literal[
@@ -128,6 +129,13 @@ class StackDataParallel(Spec):
         "gradients are reduced once per step (Layout.zero3_reshard_after_forward false: "
         "torchtitan's apply_fsdp sets reshard_after_forward=False when PP is enabled)",
     )
+    zero3_collectives: Zero3Collectives = Field(
+        default="per_layer",
+        description="how ZeRO-3 / FSDP issues its gathers and reductions "
+        "(Layout.zero3_collectives): per_layer, per_layer_copy_out (FSDP2's copy-out of "
+        "every gather) or per_tensor_list (DeepSpeed 0.3: one list-form collective per "
+        "parameter tensor)",
+    )
 
 
 class StackOverlap(Spec):
@@ -141,6 +149,11 @@ class StackOverlap(Spec):
     zero3_param_gather: bool = Field(description="ZeRO-3 / FSDP all-gather prefetched")
     pp_scatter_gather: bool = Field(
         description="pipeline messages scattered over the TP ranks (Megatron-LM 2021 default)"
+    )
+    pp_p2p_interleaved: bool = Field(
+        default=False,
+        description="pipeline sends and receives overlapped with compute under the "
+        "interleaved schedule (Megatron-Core overlap_p2p_comm; Layout.overlap_pp_comm)",
     )
 
 

@@ -8,6 +8,13 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
   2021-22 Megatron-LM papers: Narayanan et al. 2021, Korthikanti et al. 2022) is
   ``megatron-lm-2021`` (materialised attention, dropout); on Hopper and later it can only be
   the Megatron-Core code base that reached those GPUs (2023-), so ``megatron-core``;
+* ``megatron-deepspeed`` on such a GPU is ``megatron-deepspeed-2022`` (the BLOOM / MT-NLG code:
+  full activation checkpointing only, no sequence parallelism); on Hopper and later the
+  fork after its July 2023 rebase on Megatron-LM, ``megatron-deepspeed``;
+* ``megatron-lm`` with ``zero: 3`` on such a GPU ran DeepSpeed's ZeRO-3 of the day on
+  Megatron's model (``deepspeed-zero3-2021``): Megatron-LM itself never had ZeRO-3 (its
+  distributed optimizer is ZeRO-1), and Narayanan et al. 2021 section 5.2 compares with
+  DeepSpeed ZeRO-3;
 * ``torchtitan`` with ``precision: fp8`` is ``torchtitan-compiled-float8`` (torchao Float8
   needs torch.compile); otherwise ``torchtitan-compiled`` (its published benchmark configs
   compile the model).
@@ -32,7 +39,7 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "nemo": "nemo",
     "nvidia-nemo": "nemo",
     "megatron-bridge": "megatron-bridge",
-    "megatron-deepspeed": "megatron-deepspeed",
+    "megatron-deepspeed": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
     "deepspeed": "deepspeed-zero",
     "deepspeed-zero": "deepspeed-zero",
     "torchtitan": "torchtitan-compiled",  # precision fp8: torchtitan-compiled-float8
@@ -47,6 +54,12 @@ FRAMEWORK_STACKS: dict[str, str] = {
 BY_GENERATION: dict[tuple[str, bool], str] = {
     ("megatron-lm", True): "megatron-core",
     ("megatron", True): "megatron-core",
+    ("megatron-deepspeed", True): "megatron-deepspeed",
+}
+# frameworks whose stack depends on the ZeRO stage: (framework, has FP8 tensor cores, zero 3)
+BY_ZERO3: dict[tuple[str, bool], str] = {
+    ("megatron-lm", False): "deepspeed-zero3-2021",
+    ("megatron", False): "deepspeed-zero3-2021",
 }
 # frameworks whose stack depends on the training precision
 BY_PRECISION: dict[tuple[str, str], str] = {
@@ -60,7 +73,11 @@ def normalise(framework: str) -> str:
 
 
 def stack_for_framework(
-    framework: str, cluster: Cluster, precision: str | None, strict: bool = False
+    framework: str,
+    cluster: Cluster,
+    precision: str | None,
+    strict: bool = False,
+    zero: int | None = None,
 ) -> tuple[str, str | None]:
     """The shipped stack id for a schema 1 case, and a note when the framework is not in the
     table (costed under the default stack); ``strict``: that is a PlannerError instead."""
@@ -74,8 +91,19 @@ def stack_for_framework(
             f"the default stack {DEFAULT_STACK}"
         )
     has_fp8 = cluster.accelerator.peak_tflops.fp8 is not None
-    stack = BY_GENERATION.get((key, has_fp8)) or BY_PRECISION.get((key, precision or ""))
+    stack = (
+        (BY_ZERO3.get((key, has_fp8)) if (zero or 0) >= 3 else None)
+        or BY_GENERATION.get((key, has_fp8))
+        or BY_PRECISION.get((key, precision or ""))
+    )
     return stack or FRAMEWORK_STACKS[key], None
 
 
-__all__ = ["BY_GENERATION", "BY_PRECISION", "FRAMEWORK_STACKS", "normalise", "stack_for_framework"]
+__all__ = [
+    "BY_GENERATION",
+    "BY_PRECISION",
+    "BY_ZERO3",
+    "FRAMEWORK_STACKS",
+    "normalise",
+    "stack_for_framework",
+]

@@ -69,7 +69,7 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         stack, enforce, listed = load_stack(case.stack), True, case.unstated
     else:
         stack_id, note = stack_for_framework(
-            case.framework, cluster, case.training.precision, strict
+            case.framework, cluster, case.training.precision, strict, case.layout.zero
         )
         stack, enforce, listed = load_stack(stack_id), False, ()
         notes.append(note or f"framework {case.framework!r}: stack {stack_id}")

@@ -7,7 +7,7 @@ import pytest
 
 import planner
 from planner.costs import elementwise
-from planner.simulate.step import param_tensors
+from planner.simulate.data_parallel import param_tensors
 from planner.specs.layout import Layout, Training
 
 MODEL = planner.load_model("llama3.1-8b")

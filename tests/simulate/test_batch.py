@@ -142,8 +142,10 @@ def test_vector_figures_equal_the_batch_path(model_id: str) -> None:
             got = vp.run()
             for c, g, w in zip(cands, got, want, strict=True):
                 assert _same(g, w), (c, g, w)
-            compared += len(cands)
-            vectored += len(cands) - len(vp.fallback)
+            # candidates the stack refuses are errors, never vectorised: count the others
+            refused = {j for j, w in enumerate(want) if isinstance(w, Exception)}
+            compared += len(cands) - len(refused)
+            vectored += len(cands) - len(set(vp.fallback) | refused)
             bounded: set[int] = set()
             pruned = figures_many(
                 BatchSimulator(model, cluster, profile, stack), cands, limit, False, bounded
@@ -155,7 +157,7 @@ def test_vector_figures_equal_the_batch_path(model_id: str) -> None:
                 values = [*fig.time_breakdown_s.values(), *fig.memory_breakdown_gib.values()]
                 values += [fig.step_time_s, fig.tokens_per_s, fig.mfu_pct, fig.peak_memory_gib]
                 assert fig.timed and all(abs(v) < 1e300 for v in values)
-    assert compared >= 400 and vectored >= compared // 2
+    assert compared >= 300 and vectored >= compared // 2
 
 
 def test_the_layer_cost_key_leaves_out_only_fields_the_layers_do_not_read() -> None:

@@ -64,6 +64,13 @@ def test_framework_table_maps_names_to_shipped_stacks():
     a100, h100 = planner.load_cluster("dgx-a100-80gb"), planner.load_cluster("dgx-h100")
     assert stack_for_framework("megatron-lm", a100, "fp16") == ("megatron-lm-2021", None)
     assert stack_for_framework("Megatron LM", h100, "bf16") == ("megatron-core", None)
+    # Megatron-LM had no ZeRO-3: a ZeRO-3 row of its 2021 papers ran DeepSpeed's
+    z3 = stack_for_framework("megatron-lm", a100, "fp16", zero=3)
+    assert z3 == ("deepspeed-zero3-2021", None)
+    assert stack_for_framework("megatron-lm", a100, "fp16", zero=1)[0] == "megatron-lm-2021"
+    assert stack_for_framework("megatron-lm", h100, "bf16", zero=3)[0] == "megatron-core"
+    assert stack_for_framework("megatron-deepspeed", a100, "bf16")[0] == "megatron-deepspeed-2022"
+    assert stack_for_framework("megatron-deepspeed", h100, "bf16")[0] == "megatron-deepspeed"
     assert stack_for_framework("torchtitan", h100, "fp8")[0] == "torchtitan-compiled-float8"
     assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-compiled"
     assert stack_for_framework("llm-foundry", h100, None)[0] == "llm-foundry"
@@ -75,9 +82,15 @@ def test_framework_table_maps_names_to_shipped_stacks():
 
 
 def test_every_table_entry_is_a_shipped_stack():
-    from planner.validate.frameworks import BY_GENERATION, BY_PRECISION, FRAMEWORK_STACKS
+    from planner.validate.frameworks import (
+        BY_GENERATION,
+        BY_PRECISION,
+        BY_ZERO3,
+        FRAMEWORK_STACKS,
+    )
 
-    for stack in [*FRAMEWORK_STACKS.values(), *BY_GENERATION.values(), *BY_PRECISION.values()]:
+    tables = (FRAMEWORK_STACKS, BY_GENERATION, BY_PRECISION, BY_ZERO3)
+    for stack in [s for table in tables for s in table.values()]:
         planner.load_stack(stack)
 
 
@@ -125,10 +138,10 @@ def test_notes_are_never_read():
 
 
 def test_v1_layout_outside_the_stack_is_costed_with_a_note_v2_is_refused():
-    over = {"layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 3}, "cluster": "dgx-a100-80gb"}
+    over = {"layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 2}, "cluster": "dgx-a100-80gb"}
     v1 = run_case(_v1(framework="megatron-lm", **over), planner.default_profile)
     assert v1["status"] == "ok" and "megatron-lm-2021" in v1["reason"]
-    assert "cannot run ZeRO stage 3" in v1["reason"]
+    assert "cannot run ZeRO stage 2" in v1["reason"]
     v2 = run_case(_v2(framework="megatron-lm-2021", **over), planner.default_profile, 2)
     assert v2["status"] == "error" and "megatron-lm-2021" in v2["reason"]
 
@@ -215,8 +228,10 @@ def test_file_schema_is_told_by_its_shape():
 
 FRAMEWORK_OF = {
     "megatron-lm-2021": "megatron-lm",
+    "deepspeed-zero3-2021": "megatron-lm",  # a ZeRO-3 row on A100 (frameworks.BY_ZERO3)
     "megatron-core": "megatron-core",
     "megatron-deepspeed": "megatron-deepspeed",
+    "megatron-deepspeed-2022": "megatron-deepspeed",  # on an A100 (frameworks.BY_GENERATION)
     "nemo": "nemo",
     "megatron-bridge": "megatron-bridge",
     "llm-foundry": "llm-foundry",

@@ -1,0 +1,154 @@
+"""Data-parallel traffic: gradient reduction and ZeRO / FSDP parameter gathers per step.
+
+Where DP communication is costed: :func:`dp_traffic` returns the exposed seconds per
+micro-batch and per step for ZeRO 0-3 / FSDP under the layout's overlaps, over the DP x CP
+group (experts over their own DP group), with the collectives of
+:mod:`planner.costs.comms`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner.costs import comms, flops, memory
+from planner.simulate.stages import Context, Params, Stack, shared_collective_s, shared_value
+from planner.specs.layout import Layout, Training
+from planner.specs.model import ModelSpec
+
+# Megatron-Core DDP bucket: max(40M, 1M x dp) parameters; the last bucket cannot overlap.
+DP_BUCKET_PARAMS = 40e6
+
+
+@dataclass(slots=True)
+class DataParallel:
+    """Exposed data-parallel seconds per micro-batch and per step, and what they came from."""
+
+    per_mb: float  # exposed, every micro-batch (ZeRO-2 reduce-scatter, ZeRO-3 traffic)
+    per_mb_f: float  # its forward part (ZeRO-3 parameter all-gather)
+    step: float  # exposed, once per step (ZeRO 0/1 reduction and gather)
+    raw_per_mb: float  # before overlap
+    raw_step: float
+
+
+def param_tensors(model: ModelSpec, layout: Layout, stage_layers: float) -> float:
+    """Parameter tensors a rank of ``stage_layers`` layers holds: each GEMM weight (a routed
+    expert's own per local expert) and two norms per layer, at the model's mix of layer kinds,
+    plus the embedding, the output head and the final norm."""
+    total = per_layer = 0.0
+    for layer, count in model.layer_kinds():
+        g = flops.layer_flops(model, layout, Training(seq_len=1, global_batch=1), layer).gemms
+        per_layer += count * (sum(x.count for x in g) + 2.0)
+        total += count
+    return stage_layers * per_layer / max(total, 1.0) + 3.0
+
+
+def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
+    """Gradient reduction and parameter gathers over DP x CP (experts over their group)."""
+    layout, training, fabric, m = ctx.layout, ctx.training, ctx.fabric, ctx.microbatches
+    grad_b = memory.grad_bytes(training)
+    dp_group = ctx.groups.dp_cp
+    edp = max(1, layout.tp * layout.dp * layout.cp // (layout.ep * layout.expert_tp))
+    edp_group = comms.place(edp, layout.ep * layout.expert_tp, fabric.domain_gpus)
+    per_layer = stack.per_layer
+    stage_fwd = params.stage_layers * per_layer["fwd"]
+    stage_bwd = params.stage_layers * (per_layer["bwd"] + per_layer["recompute"])
+    dense_p = params.dense
+
+    def coll(kind: comms.Collective, nbytes_per_param: float, units: float = 1.0) -> float:
+        """One of ``units`` equal collectives over the stage's parameters (dense over DP x
+        CP, experts over their DP group)."""
+        return shared_collective_s(
+            ctx, kind, dense_p * nbytes_per_param / units, dp_group
+        ) + shared_collective_s(
+            ctx, kind, params.stage_experts * nbytes_per_param / units, edp_group
+        )
+
+    bucket_frac = min(1.0, DP_BUCKET_PARAMS / max(params.local, 1.0))
+    if layout.zero >= 3 and layout.zero3_collectives == "per_tensor_list":
+        return _per_tensor_list(ctx, params, coll)
+    if layout.zero >= 3:
+        # one all-gather and one reduce-scatter per layer and pass: ZeRO-3 / FSDP shard each
+        # transformer block as a unit (torchtitan fully_shard per TransformerBlock, FSDP1
+        # auto-wrap per block), so every layer pays the collective's latency once
+        units = max(params.stage_layers, 1.0)
+        ag = units * coll("all_gather", memory.param_gather_bytes(training), units)
+        rs = units * coll("reduce_scatter", grad_b, units)
+        copy_out = 0.0  # seconds per gather of the stage, exposed (the compute stream)
+        if layout.zero3_collectives == "per_layer_copy_out":
+            copy_out, rs_copy_in = fsdp2_copies_s(ctx, params)
+            rs += rs_copy_in  # on the reduce-scatter stream, before its collective
+        if not layout.zero3_reshard_after_forward:
+            # the stage stays gathered: one all-gather per layer and step (the first forward,
+            # prefetched) and one reduce-scatter per layer after the last backward has ended
+            # (torch.distributed.pipelining runs FSDP's post-backward by hand then: exposed)
+            gather = ag
+            if layout.overlap_zero3_param_gather:
+                gather = comms.exposed_time_s(ag, stage_fwd, fabric) + ag / units
+            return DataParallel(0.0, 0.0, gather + rs + copy_out, 0.0, ag + rs + copy_out)
+        if not layout.overlap_zero3_param_gather:
+            raw = 2 * (ag + copy_out) + rs
+            return DataParallel(raw, ag + copy_out, 0.0, raw, 0.0)
+        first_layer = ag / max(params.stage_layers, 1.0)
+        fwd = comms.exposed_time_s(ag, stage_fwd, fabric) + copy_out
+        dp_per_mb = fwd + comms.exposed_time_s(ag + rs, stage_bwd, fabric) + copy_out
+        dp_per_mb += first_layer
+        return DataParallel(dp_per_mb, fwd + first_layer, 0.0, 2 * (ag + copy_out) + rs, 0.0)
+    if layout.zero == 0:
+        reduce = coll("all_reduce", grad_b)
+        gather = 0.0
+    else:
+        reduce = coll("reduce_scatter", grad_b)
+        gather = coll("all_gather", memory.param_gather_bytes(training))
+    raw = reduce + gather
+    if layout.overlap_dp_grad_reduce:
+        reduce = comms.exposed_time_s(reduce, stage_bwd, fabric, bucket_frac)
+        gather = comms.exposed_time_s(gather, stage_fwd, fabric, bucket_frac)
+    if layout.zero == 2 and m > 1:
+        # sharded gradients cannot accumulate locally: every micro-batch reduce-scatters its
+        # gradients into the shard (ZeRO-2, Rajbhandari et al. 2020, section 5.2)
+        return DataParallel(reduce, 0.0, gather, raw - gather, gather)
+    return DataParallel(0.0, 0.0, reduce + gather, 0.0, raw)
+
+
+def _per_tensor_list(
+    ctx: Context, params: Params, coll: Callable[[comms.Collective, float, float], float]
+) -> DataParallel:
+    """ZeRO-3 as DeepSpeed 0.3.x (2021) ran it, all exposed, per micro-batch.
+
+    Read at v0.3.13 (deepspeed/runtime/zero/partition_parameters.py, stage3.py): each
+    sub-module's parameters are fetched one tensor at a time (``_allgather_param``), each
+    gather after a ``torch.cuda.synchronize()``, so no gather overlaps compute, and the
+    sub-module hooks fetch again for the recompute forward under full recompute; gradients are
+    reduce-scattered one tensor at a time (``_reduce_scatter_gradient``). Both use PyTorch's
+    list-form collectives: one copy kernel per rank to and from the flat NCCL buffer
+    (``ctx.dev.mem_fixed_s`` each)."""
+    layout, training = ctx.layout, ctx.training
+    tensors = shared_value(
+        ctx,
+        ("param_tensors", layout.ep, params.stage_layers),
+        lambda: param_tensors(ctx.model, layout, params.stage_layers),
+    )
+    copies = ctx.groups.dp_cp.size * ctx.dev.mem_fixed_s
+    ag = tensors * (coll("all_gather", memory.param_gather_bytes(training), tensors) + copies)
+    rs = tensors * (coll("reduce_scatter", memory.grad_bytes(training), tensors) + copies)
+    gathers = 3.0 if training.recompute == "full" else 2.0
+    return DataParallel(gathers * ag + rs, ag, 0.0, gathers * ag + rs, 0.0)
+
+
+def fsdp2_copies_s(ctx: Context, params: Params) -> tuple[float, float]:
+    """(seconds to copy one gather of the stage's parameters out of the all-gather buffer,
+    seconds to copy its gradients into the reduce-scatter buffer), HBM bound.
+
+    FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py; _composable/fsdp before
+    torch 2.6): ``foreach_all_gather_copy_out`` waits for the all-gather on the current
+    (compute) stream and ``split_with_sizes_copy``-s the flat output into each parameter's
+    unsharded tensor, reading and writing every gathered byte; ``foreach_reduce``
+    ``_chunk_cat``-s the unsharded gradients into the reduce-scatter input (in the reduce
+    dtype) on the reduce-scatter stream. Expert parameters count as dense ones here."""
+    training, bw = ctx.training, ctx.dev.hbm_bytes_per_s
+    n = params.dense + params.stage_experts
+    gather_b = memory.param_gather_bytes(training)
+    copy_out = n * 2.0 * gather_b / bw
+    rs_in = n * (training.act_bytes + memory.grad_bytes(training)) / bw
+    return copy_out, rs_in
