@@ -97,6 +97,11 @@ def new_flight(memo: dict, layers: int, pp: int, vpp: int, m: int, sched) -> int
     return fid
 
 
+# the columns of the memo's "mid_num" rows (mid_row) and "pid_num" rows (new_pid), in order
+MID_COLUMNS = ("act", "full_one", "logits")
+PID_COLUMNS = ("dense", "experts", "dense_layer", "expert_layer", "local", "stage_layers", "bucket")
+
+
 def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:
     """The memory columns of the rows ``r`` (ROW fields) of one pipeline depth."""
     memo = vp.memo
@@ -106,16 +111,8 @@ def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:
     tp, cp, dp, ep, etp = (r[:, k] for k in (ROW.tp, ROW.cp, ROW.dp, ROW.ep, ROW.etp))
     shard = dp * cp
     return Columns(
-        act=mt[mids, 0],
-        full_one=mt[mids, 1],
-        logits=mt[mids, 2],
-        dense=pt[pidx, 0],
-        experts=pt[pidx, 1],
-        dense_layer=pt[pidx, 2],
-        expert_layer=pt[pidx, 3],
-        local=pt[pidx, 4],
-        stage_layers=pt[pidx, 5],
-        bucket=pt[pidx, 6],
+        **{name: mt[mids, j] for j, name in enumerate(MID_COLUMNS)},
+        **{name: pt[pidx, j] for j, name in enumerate(PID_COLUMNS)},
         in_flight=ft[fidx, 0],
         last_chunks=ft[fidx, 1],
         first=pipeline.layers_on_edge_stage(layers, pp) if pp > 1 else layers,
