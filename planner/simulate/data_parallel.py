@@ -43,6 +43,16 @@ def param_tensors(model: ModelSpec, layout: Layout, stage_layers: float) -> floa
     return stage_layers * per_layer / max(total, 1.0) + 3.0
 
 
+def stage_param_tensors(ctx: Context, stage_layers: float) -> float:
+    """:func:`param_tensors` of ``ctx``'s layout for a rank of ``stage_layers`` layers, shared
+    between the layouts of one search (it reads the model, the EP split and the layer count)."""
+    return shared_value(
+        ctx,
+        ("param_tensors", ctx.layout.ep, stage_layers),
+        lambda: param_tensors(ctx.model, ctx.layout, stage_layers),
+    )
+
+
 def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     """Gradient reduction and parameter gathers over DP x CP (experts over their group)."""
     layout, training, fabric, m = ctx.layout, ctx.training, ctx.fabric, ctx.microbatches
@@ -123,12 +133,8 @@ def _per_tensor_list(
     reduce-scattered one tensor at a time (``_reduce_scatter_gradient``). Both use PyTorch's
     list-form collectives: one copy kernel per rank to and from the flat NCCL buffer
     (``ctx.dev.mem_fixed_s`` each)."""
-    layout, training = ctx.layout, ctx.training
-    tensors = shared_value(
-        ctx,
-        ("param_tensors", layout.ep, params.stage_layers),
-        lambda: param_tensors(ctx.model, layout, params.stage_layers),
-    )
+    training = ctx.training
+    tensors = stage_param_tensors(ctx, params.stage_layers)
     copies = ctx.groups.dp_cp.size * ctx.dev.mem_fixed_s
     ag = tensors * (coll("all_gather", memory.param_gather_bytes(training), tensors) + copies)
     rs = tensors * (coll("reduce_scatter", memory.grad_bytes(training), tensors) + copies)

@@ -16,7 +16,7 @@ from planner.plan import StageRecipe, StageSpec, StepPlan, build_stages, pass_ti
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.schedules import StageTimes
-from planner.simulate.data_parallel import DataParallel, dp_traffic, param_tensors
+from planner.simulate.data_parallel import DataParallel, dp_traffic, stage_param_tensors
 from planner.simulate.notes import default_assumptions, host_note, schedule_notes
 from planner.simulate.planning import stage_plans
 from planner.simulate.stages import (
@@ -31,7 +31,6 @@ from planner.simulate.stages import (
     params_per_gpu,
     pp_send_s,
     rank_costs,
-    shared_value,
 )
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -140,11 +139,7 @@ def optimizer_time_s(ctx: Context, params: Params) -> float:
     gpu = owned * elementwise.adam_bytes_per_param(kernel) / ctx.dev.adam_bytes_per_s
     ops = float(elementwise.ADAM_OPS[kernel])
     if kernel == "per_tensor":
-        ops *= shared_value(
-            ctx,
-            ("param_tensors", ctx.layout.ep, params.stage_layers),
-            lambda: param_tensors(ctx.model, ctx.layout, params.stage_layers),
-        )
+        ops *= stage_param_tensors(ctx, params.stage_layers)
     return max(gpu, ops * ctx.dev.host_op_s)
 
 
