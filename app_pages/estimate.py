@@ -33,6 +33,8 @@ SHIPPED = "Shipped model"
 UPLOAD_YAML = "Upload model YAML"
 UPLOAD_HF = "Upload HuggingFace config.json"
 SOURCES = (SHIPPED, UPLOAD_YAML, UPLOAD_HF)
+TIMELINE_TITLE = "Step timeline (pp = 1: one stage, micro-batches back to back)"
+TIMELINE_OPEN = "est_timeline_open"
 
 # widget keys -> first values where the page's differ from the specs' defaults
 # (app_pages/estimate_extras.py field_defaults gives the others)
@@ -268,7 +270,9 @@ def show_report(
         charts.memory_figure(report, cluster.accelerator.hbm_capacity_gib), key="est_mem_chart"
     )
     right.plotly_chart(charts.time_figure(report), key="est_time_chart")
-    if layout.pp > charts.MAX_DRAWN_STAGES:
+    if layout.pp == 1:
+        one_stage_timeline(layout, report)
+    elif layout.pp > charts.MAX_DRAWN_STAGES:
         st.info(
             f"Pipeline timeline not drawn: pp = {layout.pp} stages (at most "
             f"{charts.MAX_DRAWN_STAGES} are drawn)."
@@ -276,6 +280,18 @@ def show_report(
     else:
         show_timeline(layout, report)
     show_details(model, cluster, report)
+
+
+def one_stage_timeline(layout: Layout, report: StepReport) -> None:
+    """Without a pipeline the timeline is one row of micro-batches back to back, which the
+    time breakdown already shows: drawn only while its expander is open (a plotly chart costs
+    a widget change about 100 ms in the browser, tests/app/test_browser.py)."""
+    box = st.expander(
+        TIMELINE_TITLE, key=TIMELINE_OPEN, on_change="rerun", icon=":material/timeline:"
+    )
+    if box.open:
+        with box:
+            show_timeline(layout, report)
 
 
 def show_timeline(layout: Layout, report: StepReport) -> None:

@@ -291,6 +291,8 @@ def test_estimate_picks_model_and_cluster(
     assert metric_value(page, "MFU").endswith("%")
     tokens = page.get_by_test_id("stMetricValue").first  # the Tokens/s metric
     sync_api.expect(tokens).not_to_have_text(before)
+    sync_api.expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2)
+    open_expander(page, "Step timeline")
     sync_api.expect(page.get_by_test_id("stPlotlyChart")).to_have_count(3)
     open_expander(page, "Goodput under failures and checkpoints")
     sync_api.expect(page.get_by_test_id("stMetricLabel").filter(has_text="Goodput")).to_be_visible()
