@@ -38,8 +38,12 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "mcore": "megatron-core",
     "nemo": "nemo",
     "nvidia-nemo": "nemo",
+    "nemo-megatron": "nemo",  # NeMo's LLM collection was published as "NeMo Megatron" (2022-23)
     "megatron-bridge": "megatron-bridge",
     "megatron-deepspeed": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
+    # GPT-NeoX (EleutherAI): Megatron-LM's model and parallelism on DeepSpeed (Black et al. 2022,
+    # arXiv 2204.06745 section 3: "built on Megatron and DeepSpeed", ZeRO-1 with TP and PP)
+    "gpt-neox": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
     "deepspeed": "deepspeed-zero",
     "deepspeed-zero": "deepspeed-zero",
     "torchtitan": "torchtitan-compiled",  # precision fp8: torchtitan-compiled-float8
@@ -55,6 +59,7 @@ BY_GENERATION: dict[tuple[str, bool], str] = {
     ("megatron-lm", True): "megatron-core",
     ("megatron", True): "megatron-core",
     ("megatron-deepspeed", True): "megatron-deepspeed",
+    ("gpt-neox", True): "megatron-deepspeed",
 }
 # frameworks whose stack depends on the ZeRO stage: (framework, has FP8 tensor cores, zero 3)
 BY_ZERO3: dict[tuple[str, bool], str] = {

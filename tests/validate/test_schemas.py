@@ -71,6 +71,9 @@ def test_framework_table_maps_names_to_shipped_stacks():
     assert stack_for_framework("megatron-lm", h100, "bf16", zero=3)[0] == "megatron-core"
     assert stack_for_framework("megatron-deepspeed", a100, "bf16")[0] == "megatron-deepspeed-2022"
     assert stack_for_framework("megatron-deepspeed", h100, "bf16")[0] == "megatron-deepspeed"
+    assert stack_for_framework("GPT-NeoX", a100, "fp16")[0] == "megatron-deepspeed-2022"
+    assert stack_for_framework("gpt_neox", h100, "bf16")[0] == "megatron-deepspeed"
+    assert stack_for_framework("NeMo Megatron", a100, "bf16") == ("nemo", None)
     assert stack_for_framework("torchtitan", h100, "fp8")[0] == "torchtitan-compiled-float8"
     assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-compiled"
     assert stack_for_framework("llm-foundry", h100, None)[0] == "llm-foundry"
