@@ -243,7 +243,7 @@ def show_report(
     fixes: list[Fix] | None = None,
 ) -> None:
     """Headline numbers, memory verdict (with ``fixes``, the cheapest changes that fit, when
-    it does not fit), the three charts and the details."""
+    it does not fit), the memory and time charts, the pipeline timeline and the details."""
     cols = st.columns(5)
     cols[0].metric(
         "Tokens/s", c.fmt_count(report.tokens_per_s), help="tokens per second, whole job"
