@@ -96,14 +96,14 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
             if layout.overlap_zero3_param_gather:
                 gather = comms.exposed_time_s(ag, stage_fwd, fabric) + ag / units
             return DataParallel(0.0, 0.0, gather + rs + copy_out, 0.0, ag + rs + copy_out)
+        raw = 2 * (ag + copy_out) + rs
         if not layout.overlap_zero3_param_gather:
-            raw = 2 * (ag + copy_out) + rs
             return DataParallel(raw, ag + copy_out, 0.0, raw, 0.0)
-        first_layer = ag / max(params.stage_layers, 1.0)
+        first_layer = ag / units
         fwd = comms.exposed_time_s(ag, stage_fwd, fabric) + copy_out
         dp_per_mb = fwd + comms.exposed_time_s(ag + rs, stage_bwd, fabric) + copy_out
         dp_per_mb += first_layer
-        return DataParallel(dp_per_mb, fwd + first_layer, 0.0, 2 * (ag + copy_out) + rs, 0.0)
+        return DataParallel(dp_per_mb, fwd + first_layer, 0.0, raw, 0.0)
     if layout.zero == 0:
         reduce = coll("all_reduce", grad_b)
         gather = 0.0

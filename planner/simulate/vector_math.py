@@ -100,7 +100,7 @@ def dp_columns(c: Columns, t: Columns, pl: dict, zero: int, reshard: bool) -> tu
         if not reshard:
             gather = np.where(t.oz3, exposed(ag, stage_fwd, cont) + ag / units, ag)
             return 0.0, gather + rs + copy
-        first_layer = ag / np.maximum(c.stage_layers, 1.0)
+        first_layer = ag / units
         fwd = exposed(ag, stage_fwd, cont) + copy
         hidden = fwd + exposed(ag + rs, stage_bwd, cont) + copy
         hidden = hidden + first_layer
