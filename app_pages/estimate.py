@@ -266,10 +266,12 @@ def show_report(
     else:
         st.warning(misfit_text(report, fixes or []))
     left, right = st.columns(2)
-    left.plotly_chart(
-        charts.memory_figure(report, cluster.accelerator.hbm_capacity_gib), key="est_mem_chart"
+    capacity = cluster.accelerator.hbm_capacity_gib
+    left.vega_lite_chart(charts.memory_spec(report, capacity), key="est_mem_chart", width="stretch")
+    time_chart = charts.time_spec(report)
+    right.vega_lite_chart(
+        time_chart, key="est_time_chart", width="stretch", height=time_chart["height"]
     )
-    right.plotly_chart(charts.time_figure(report), key="est_time_chart")
     if layout.pp == 1:
         one_stage_timeline(layout, report)
     elif layout.pp > charts.MAX_DRAWN_STAGES:

@@ -80,19 +80,23 @@ def test_estimate_shows_numbers_and_charts() -> None:
     assert _metric(at, "Tokens/s").endswith(" k")  # ~82 k tokens/s
     assert _metric(at, "MFU").endswith("%")
     assert _metric(at, "Memory per GPU").endswith("GiB")
-    charts = at.get("plotly_chart")
-    assert len(charts) == 2  # pp = 1: the one-stage timeline waits in its closed expander
-    titles = [_spec(ch)["layout"]["title"]["text"] for ch in charts]
-    assert any("Memory" in t for t in titles) and any("Where the time goes" in t for t in titles)
-    mem = _spec(charts[0])
-    assert "GiB" in mem["layout"]["yaxis"]["title"]["text"]
+    charts = at.get("vega_lite_chart")
+    assert len(charts) == 2 and not at.get("plotly_chart")  # pp = 1: timeline in its expander
+    mem, time_ = (_spec(ch) for ch in charts)
+    assert "Memory" in mem["title"] and "Where the time goes" in time_["title"]
+    bars, usable = mem["layer"][0], mem["layer"][1]
+    assert "GiB" in bars["encoding"]["y"]["title"]
+    gib = sum(row["gib"] for row in bars["data"]["values"])
+    assert gib == pytest.approx(float(_metric(at, "Memory per GPU").split()[0]), rel=0.01)
+    assert usable["data"]["values"][0]["label"].startswith("usable HBM")
+    assert time_["layer"][0]["encoding"]["x"]["title"].startswith("time per step (")
+    assert all("%" in row["label"] for row in time_["layer"][0]["data"]["values"])
     assert any(s.value.startswith("Fits in memory") for s in at.success)
     at.session_state["est_timeline_open"] = True
     at.run()
     _ok(at)
-    titles = [_spec(ch)["layout"]["title"]["text"] for ch in at.get("plotly_chart")]
-    assert len(titles) == 3 and any("Pipeline timeline" in t for t in titles)
-    gantt = _spec(at.get("plotly_chart")[2])
+    (gantt,) = (_spec(ch) for ch in at.get("plotly_chart"))
+    assert "Pipeline timeline" in gantt["layout"]["title"]["text"]
     assert {y for trace in gantt["data"] for y in trace["y"]} == {"stage 1"}
 
 
@@ -112,7 +116,7 @@ def test_estimate_tp_and_gpus_change_tokens_per_s() -> None:
 def test_estimate_pipeline_timeline_has_stages() -> None:
     at = _app(est_pp=4, est_tp=1, est_gpus=8, est_vpp=2)
     _ok(at)
-    gantt = _spec(at.get("plotly_chart")[2])
+    (gantt,) = (_spec(ch) for ch in at.get("plotly_chart"))
     names = {trace["name"] for trace in gantt["data"]}
     assert {"forward", "bubble (idle)", "optimizer step"} <= names
     assert set(gantt["data"][0]["y"]) == {f"stage {s}" for s in range(1, 5)}
@@ -640,7 +644,7 @@ def test_estimate_deep_pipeline_is_not_drawn() -> None:
     at = _app(est_model="llama3.1-405b", est_gpus=63, est_tp=1, est_pp=63, est_global_batch=63)
     _ok(at)
     assert _metric(at, "Tokens/s")
-    assert len(at.get("plotly_chart")) == 2
+    assert len(at.get("vega_lite_chart")) == 2 and not at.get("plotly_chart")
     assert any("timeline not drawn" in i.value for i in at.info)
 
 

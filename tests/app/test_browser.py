@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -237,7 +238,8 @@ SETTLED = """() => {
       .filter((el) => el.checkVisibility())  // skip those in closed expanders, hidden tabs
       .every((el) => el.querySelector(inner) !== null);
   return all("[data-testid='stDataFrame']", "canvas")
-    && all("[data-testid='stPlotlyChart']", ".main-svg");
+    && all("[data-testid='stPlotlyChart']", ".main-svg")
+    && all("[data-testid='stVegaLiteChart']", "canvas, svg");
 }"""
 CONTENT_HEIGHT = """() => {
   const main = document.querySelector("[data-testid='stMain']");
@@ -281,9 +283,16 @@ def test_estimate_picks_model_and_cluster(
     sync_api.expect(page.locator(".st-key-est_gpus input")).to_have_value("8")
     before = metric_value(page, "Tokens/s")
     select(page, "Model", "llama2-13b")
-    changed = widget_change_s(page, "Cluster", "dgx-h200")
+    # five cluster changes, back and forth, ending on dgx-h200: the median is the figure
+    changes = [
+        widget_change_s(page, "Cluster", "dgx-h200" if i % 2 == 0 else "dgx-h100") for i in range(5)
+    ]
     with capsys.disabled():
-        print(f"\nEstimate widget change (cluster) answered in {changed * 1000:.0f} ms")
+        each = ", ".join(f"{t * 1000:.0f}" for t in changes)
+        print(
+            f"\nEstimate widget change (cluster) answered in {statistics.median(changes) * 1000:.0f}"
+            f" ms (median of {each} ms)"
+        )
     main = page.get_by_test_id("stMain")
     sync_api.expect(main).to_contain_text("H200")
     sync_api.expect(main).to_contain_text("llama2-13b")
@@ -291,9 +300,10 @@ def test_estimate_picks_model_and_cluster(
     assert metric_value(page, "MFU").endswith("%")
     tokens = page.get_by_test_id("stMetricValue").first  # the Tokens/s metric
     sync_api.expect(tokens).not_to_have_text(before)
-    sync_api.expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2)
+    sync_api.expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(2)
+    sync_api.expect(page.get_by_test_id("stPlotlyChart")).to_have_count(0)
     open_expander(page, "Step timeline")
-    sync_api.expect(page.get_by_test_id("stPlotlyChart")).to_have_count(3)
+    sync_api.expect(page.get_by_test_id("stPlotlyChart")).to_have_count(1)
     open_expander(page, "Goodput under failures and checkpoints")
     sync_api.expect(page.get_by_test_id("stMetricLabel").filter(has_text="Goodput")).to_be_visible()
     assert metric_value(page, "Goodput").endswith("%")
