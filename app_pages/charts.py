@@ -1,5 +1,5 @@
-"""Chart builders of the web app (every axis names its unit): plotly figures, and the two
-Estimate charts as Vega-Lite specs.
+"""Plotly figure builders of the web app (every axis names its unit); the two Estimate charts
+redrawn on every widget change are Vega-Lite specs (app_pages/vega_charts.py).
 
 The pipeline timeline is a view of the report's step plan (planner/plan.py):
 :func:`pipeline_timeline` runs the layout's schedule (planner/schedules/) on each stage's own
@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly import colors as px_colors
 
 from planner.plan import PassCosts, StepPlan
-from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
+from planner.report import StepReport
 
 COLORS = {
     "forward": "#4C78A8",
@@ -83,155 +83,6 @@ def short(value: float) -> str:
 
 
 # ---- Estimate -----------------------------------------------------------------------------------
-# The two Estimate charts are Vega-Lite specs drawn by Streamlit's built-in renderer
-# (st.vega_lite_chart): they are redrawn on every widget change, and in the browser two of them
-# cost ~65 ms less than the same two plotly figures (docs/search.md, tests/app/test_browser.py).
-VegaSpec = dict[str, Any]
-USABLE_COLOR, CAPACITY_COLOR = "#C00000", "#808080"
-
-
-def memory_spec(report: StepReport, capacity_gib: float | None = None) -> VegaSpec:
-    """Stacked memory per GPU (GiB) on the peak stage against the usable HBM (and capacity)
-    lines, as a Vega-Lite spec."""
-    stage = f"peak stage ({report.peak_memory_stage})"
-    bars = [
-        {
-            "stage": stage,
-            "category": CATEGORY_LABELS.get(cat, cat),
-            "order": i,
-            "gib": report.memory_breakdown_gib.get(cat, 0.0),
-        }
-        for i, cat in enumerate(MEMORY_CATEGORIES)
-    ]
-    lines = [
-        {"gib": report.usable_memory_gib, "label": f"usable HBM {report.usable_memory_gib:.1f} GiB"}
-    ]
-    if capacity_gib is not None and capacity_gib > report.usable_memory_gib:
-        lines.append({"gib": capacity_gib, "label": f"capacity {capacity_gib:.1f} GiB"})
-    top = max(report.peak_memory_gib, capacity_gib or report.usable_memory_gib) * 1.1
-    y = {
-        "field": "gib",
-        "type": "quantitative",
-        "title": "memory per GPU (GiB)",
-        "scale": {"domain": [0, top]},
-    }
-    line_color = {
-        "field": "label",
-        "type": "nominal",
-        "legend": None,
-        "scale": {"range": [USABLE_COLOR, CAPACITY_COLOR]},
-    }
-    verdict = "fits" if report.fits else "does not fit"
-    return {
-        "title": f"Memory per GPU: {report.peak_memory_gib:.1f} GiB, {verdict}",
-        "height": 320,
-        "layer": [
-            {
-                "data": {"values": bars},
-                "mark": "bar",
-                "encoding": {
-                    "x": {
-                        "field": "stage",
-                        "type": "nominal",
-                        "title": None,
-                        "axis": {"labelAngle": 0},
-                    },
-                    "y": {**y, "stack": "zero"},
-                    "color": {
-                        "field": "category",
-                        "type": "nominal",
-                        "title": None,
-                        "sort": [b["category"] for b in bars],
-                        "legend": {"orient": "bottom", "columns": 3},
-                    },
-                    "order": {"field": "order"},
-                    "tooltip": [
-                        {"field": "category", "title": "category"},
-                        {"field": "gib", "title": "GiB", "format": ".2f"},
-                    ],
-                },
-            },
-            {
-                "data": {"values": lines},
-                "mark": {"type": "rule", "strokeDash": [6, 4], "strokeWidth": 2},
-                "encoding": {"y": y, "color": line_color, "tooltip": [{"field": "label"}]},
-            },
-            *(
-                {  # usable HBM labelled on the left, capacity on the right (they are close)
-                    "data": {"values": [line]},
-                    "mark": {
-                        "type": "text",
-                        "align": "left" if i == 0 else "right",
-                        "baseline": "bottom",
-                        "x": 4 if i == 0 else {"expr": "width - 4"},
-                        "dy": -2,
-                        "color": USABLE_COLOR if i == 0 else CAPACITY_COLOR,
-                    },
-                    "encoding": {"y": y, "text": {"field": "label"}},
-                }
-                for i, line in enumerate(lines)
-            ),
-        ],
-        "resolve": {"scale": {"color": "independent"}},
-    }
-
-
-def time_spec(report: StepReport) -> VegaSpec:
-    """Time per step by category (horizontal bars, labelled with the share of the step), as
-    a Vega-Lite spec in ms below 2 s, else s."""
-    scale, unit = time_unit(report.step_time_s)
-    cats = [c for c in TIME_CATEGORIES if report.time_breakdown_s.get(c, 0.0) > 0]
-    cats += [c for c in report.time_breakdown_s if c not in TIME_CATEGORIES]
-    step = report.step_time_s or 1.0
-    rows = []
-    for cat in cats:
-        value = report.time_breakdown_s.get(cat, 0.0)
-        rows.append(
-            {
-                "category": CATEGORY_LABELS.get(cat, cat),
-                "time": value * scale,
-                "label": f"{value * scale:.3g} {unit} ({value / step * 100:.1f} %)",
-            }
-        )
-    y = {
-        "field": "category",
-        "type": "nominal",
-        "title": None,
-        "sort": None,
-        "axis": {"labelLimit": 240},
-    }
-    longest = max((row["time"] for row in rows), default=0.0) or 1.0
-    x = {
-        "field": "time",
-        "type": "quantitative",
-        "title": f"time per step ({unit})",
-        "scale": {"domain": [0, longest * 1.3]},  # room for the labels right of the bars
-    }
-    return {
-        "title": f"Where the time goes: step {report.step_time_s * scale:.4g} {unit}",
-        "height": 110 + 34 * len(rows),  # Streamlit fits title and axes inside it
-        "layer": [  # data in each layer: Streamlit moves a top-level "data" out of the spec
-            {
-                "data": {"values": rows},
-                "mark": {"type": "bar", "color": "#4C78A8"},
-                "encoding": {
-                    "y": y,
-                    "x": x,
-                    "tooltip": [
-                        {"field": "category", "title": "category"},
-                        {"field": "label", "title": "time"},
-                    ],
-                },
-            },
-            {
-                "data": {"values": rows},
-                "mark": {"type": "text", "align": "left", "dx": 3},
-                "encoding": {"y": y, "x": x, "text": {"field": "label"}},
-            },
-        ],
-    }
-
-
 # ---- pipeline timeline --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Block:
@@ -550,10 +401,8 @@ __all__ = [
     "Timeline",
     "compare_bars",
     "curves_figure",
-    "memory_spec",
     "pareto_figure",
     "pipeline_figure",
     "pipeline_timeline",
-    "time_spec",
     "validation_figure",
 ]

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import streamlit as st
 from pydantic import ValidationError
 
-from app_pages import charts, stacks
+from app_pages import charts, stacks, vega_charts
 from app_pages import common as c
 from app_pages import estimate_extras as extras
 from planner.divisors import divisors
@@ -267,8 +267,10 @@ def show_report(
         st.warning(misfit_text(report, fixes or []))
     left, right = st.columns(2)
     capacity = cluster.accelerator.hbm_capacity_gib
-    left.vega_lite_chart(charts.memory_spec(report, capacity), key="est_mem_chart", width="stretch")
-    time_chart = charts.time_spec(report)
+    left.vega_lite_chart(
+        vega_charts.memory_spec(report, capacity), key="est_mem_chart", width="stretch"
+    )
+    time_chart = vega_charts.time_spec(report)
     right.vega_lite_chart(
         time_chart, key="est_time_chart", width="stretch", height=time_chart["height"]
     )
