@@ -31,7 +31,10 @@ from planner.specs.stack import StackSpec
 MAX_CHANGES = 3
 MAX_FIXES = 3
 # what a misfit report says when no candidate of memory_fixes fits (the CLI and the app)
-NO_FIX = "No change of ZeRO stage, recompute, micro-batch, TP or PP (up to three at once) fits"
+NO_FIX = (
+    "No change of ZeRO stage, recompute, micro-batch, TP, PP or host offload (up to three at once) "
+    "fits"
+)
 RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
@@ -88,12 +91,24 @@ def _split_options(layout: Layout) -> list[tuple[str, dict, dict]]:
     return out
 
 
+def _offload_options(training: Training) -> list[tuple[str, dict, dict]]:
+    """Host-memory offloads not in use yet (a stack that cannot run one refuses it in
+    ``simulate``, so it is never proposed there)."""
+    out = []
+    if not training.optimizer_offload:
+        out.append(("--optimizer-offload", {}, {"optimizer_offload": True}))
+    if not training.checkpoint_offload:
+        out.append(("--checkpoint-offload", {}, {"checkpoint_offload": True}))
+    return out
+
+
 def _groups(layout: Layout, training: Training) -> list[list[tuple[str, dict, dict]]]:
     return [
         _zero_options(layout),
         _recompute_options(training),
         _micro_batch_options(training),
         _split_options(layout),
+        _offload_options(training),
     ]
 
 

@@ -288,6 +288,73 @@ def offload_needs_host_link(c: Candidate) -> Found | None:
     return None
 
 
+# Host-memory offload as DeepSpeed runs it (deepspeed/runtime/zero/config.py offload_optimizer:
+# ZeRO stages 1-3; activation_checkpointing cpu_checkpointing: the checkpoints of full
+# recompute) and as the planner costs it: a known host link, and for the optimizer the node's
+# host DRAM bandwidth (planner/costs/host_offload.py).
+
+
+@_rule("optimizer_offload_needs_zero", "optimizer_offload", "zero")
+def optimizer_offload_needs_zero(c: Candidate) -> Found | None:
+    if c.training.optimizer_offload and c.layout.zero == 0:
+        return (
+            "training.optimizer_offload",
+            "optimizer offload with ZeRO stage 0: DeepSpeed offloads the optimizer of a ZeRO "
+            "optimizer only",
+            "zero 1, 2 or 3, or optimizer_offload off",
+        )
+    return None
+
+
+@_rule("optimizer_offload_needs_host", "optimizer_offload")
+def optimizer_offload_needs_host(c: Candidate) -> Found | None:
+    if not c.training.optimizer_offload:
+        return None
+    if c.cluster.accelerator.host_link_gb_per_s is None:
+        return (
+            "training.optimizer_offload",
+            f"{c.cluster.accelerator.name} has no host link bandwidth in its spec "
+            "(host_link_gb_per_s)",
+            "optimizer_offload off, or a spec with host_link_gb_per_s",
+        )
+    if c.cluster.spec.host_memory_bandwidth_gb_per_s is None:
+        return (
+            "training.optimizer_offload",
+            f"cluster {c.cluster.id!r} has no host_memory_bandwidth_gb_per_s in its spec (the "
+            "CPU's Adam update is costed from it)",
+            "optimizer_offload off, or a cluster spec with host_memory_bandwidth_gb_per_s",
+        )
+    return None
+
+
+@_rule("checkpoint_offload_needs_full_recompute", "checkpoint_offload", "recompute", "pp")
+def checkpoint_offload_needs_full_recompute(c: Candidate) -> Found | None:
+    t = c.training
+    if not t.checkpoint_offload:
+        return None
+    if t.recompute != "full":
+        return (
+            "training.checkpoint_offload",
+            f"checkpoint offload with recompute {t.recompute}: only full recompute keeps "
+            "layer-input checkpoints to offload",
+            "recompute full, or checkpoint_offload off",
+        )
+    if c.layout.pp > 1:
+        return (
+            "training.checkpoint_offload",
+            f"checkpoint offload with pp={c.layout.pp}: costed without pipeline parallelism only",
+            "pp 1, or checkpoint_offload off",
+        )
+    if c.cluster.accelerator.host_link_gb_per_s is None:
+        return (
+            "training.checkpoint_offload",
+            f"{c.cluster.accelerator.name} has no host link bandwidth in its spec "
+            "(host_link_gb_per_s)",
+            "checkpoint_offload off, or a spec with host_link_gb_per_s",
+        )
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     world_size,
     tp_divides_heads,
@@ -307,6 +374,9 @@ RULES: tuple[Rule, ...] = (
     offload_without_pp,
     offload_without_recompute,
     offload_needs_host_link,
+    optimizer_offload_needs_zero,
+    optimizer_offload_needs_host,
+    checkpoint_offload_needs_full_recompute,
 )
 
 

@@ -198,6 +198,18 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
             "recompute " + " / ".join(c.recompute),
         ),
         ("training.precision", training.precision == "fp8" and not c.fp8, "fp8", "bf16, fp16"),
+        (
+            "training.optimizer_offload",
+            training.optimizer_offload and not c.optimizer_offload,
+            "optimizer offload to the CPU",
+            "optimizer_offload off, or a DeepSpeed stack (deepspeed-zero, megatron-deepspeed)",
+        ),
+        (
+            "training.checkpoint_offload",
+            training.checkpoint_offload and not c.checkpoint_offload,
+            "activation checkpoints in host memory",
+            "checkpoint_offload off, or a DeepSpeed stack (deepspeed-zero, megatron-deepspeed)",
+        ),
     )
     for field, broken, what, valid in checks:
         if broken:

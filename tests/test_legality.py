@@ -263,6 +263,51 @@ CASES: dict[str, tuple] = {
             "offload_layers 0, or a spec with host_link_gb_per_s",
         ),
     ),
+    "optimizer_offload_needs_zero": (
+        LLAMA,
+        H100,
+        {"dp": 8},
+        {**T, "optimizer_offload": True},
+        None,
+        {"dp": 8, "zero": 1},
+        {**T, "optimizer_offload": True},
+        (
+            "training.optimizer_offload",
+            "optimizer offload with ZeRO stage 0: DeepSpeed offloads the optimizer of a ZeRO "
+            "optimizer only",
+            "zero 1, 2 or 3, or optimizer_offload off",
+        ),
+    ),
+    "optimizer_offload_needs_host": (
+        LLAMA,
+        "dgx-b200",  # its spec gives no host DRAM bandwidth
+        {"dp": 8, "zero": 3},
+        {**T, "optimizer_offload": True},
+        None,
+        {"dp": 8, "zero": 3},
+        T,
+        (
+            "training.optimizer_offload",
+            "cluster 'dgx-b200' has no host_memory_bandwidth_gb_per_s in its spec (the CPU's "
+            "Adam update is costed from it)",
+            "optimizer_offload off, or a cluster spec with host_memory_bandwidth_gb_per_s",
+        ),
+    ),
+    "checkpoint_offload_needs_full_recompute": (
+        LLAMA,
+        H100,
+        {"dp": 8},
+        {**T, "checkpoint_offload": True},
+        None,
+        {"dp": 8},
+        {**T, "checkpoint_offload": True, "recompute": "full"},
+        (
+            "training.checkpoint_offload",
+            "checkpoint offload with recompute none: only full recompute keeps layer-input "
+            "checkpoints to offload",
+            "recompute full, or checkpoint_offload off",
+        ),
+    ),
     "interleaved_even_split": (
         LLAMA,
         H100,

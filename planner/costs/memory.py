@@ -182,11 +182,17 @@ def state_bytes(
     o_b = 8 if fp32 else OPTIMIZER_BYTES
     g_b = grad_bytes(training)
 
+    # optimizer offload (ZeRO-Offload): master weights and moments live on the host, and from
+    # ZeRO-2 on so does the gradient shard (DeepSpeed stage3.py pins grad_partitions_flat_buffer
+    # in host memory; stage_1_and_2.py accumulates into the fp32 partition's .grad on the CPU);
+    # ZeRO-1 still holds every gradient on the GPU until the reduction
+    offload = training.optimizer_offload
+
     def split(params: float, n: int) -> tuple[float, float, float]:
         z = layout.zero
         w = params * w_b / (n if z >= 3 else 1)
-        g = params * g_b / (n if z >= 2 else 1)
-        o = params * o_b / (n if z >= 1 else 1)
+        g = 0.0 if offload and z >= 2 else params * g_b / (n if z >= 2 else 1)
+        o = 0.0 if offload else params * o_b / (n if z >= 1 else 1)
         return w, g, o
 
     wd, gd, od = split(dense_params, shard)

@@ -72,6 +72,8 @@ TRAINING_FIELDS = (
     "grad_reduce_dtype",
     "cross_entropy",
     "offload_layers",
+    "optimizer_offload",
+    "checkpoint_offload",
 )
 FILE_KEYS = ("model", "cluster", "gpus", "layout", "training")
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from planner.costs.host_offload import HOST_LINK_EFFICIENCY
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.simulate.data_parallel import DP_BUCKET_PARAMS
 from planner.simulate.layers import TP_OVERLAP_FRACTION, moe_imbalance
 from planner.simulate.notes import check_finite, default_assumptions
-from planner.simulate.stages import HOST_LINK_EFFICIENCY, offload_exposed_s
 from planner.simulate.step import build_step
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -76,6 +76,5 @@ __all__ = [
     "check_finite",
     "default_assumptions",
     "moe_imbalance",
-    "offload_exposed_s",
     "simulate_step",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.costs import comms, flops, memory
+from planner.costs import comms, flops, host_offload, memory
 from planner.simulate.stages import Context, Params, Stack, shared_collective_s, shared_value
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -54,7 +54,29 @@ def stage_param_tensors(ctx: Context, stage_layers: float) -> float:
 
 
 def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
-    """Gradient reduction and parameter gathers over DP x CP (experts over their group)."""
+    """Gradient reduction and parameter gathers over DP x CP (experts over their group); with
+    optimizer offload, each micro-batch also copies its gradient shard to the host during
+    backward, and what that backward cannot hide shows (:mod:`planner.costs.host_offload`)."""
+    dp = _collectives(ctx, stack, params)
+    if ctx.training.optimizer_offload:
+        link = ctx.cluster.accelerator.host_link_gb_per_s
+        assert link is not None  # check_layout: optimizer_offload_needs_host
+        copy = host_offload.link_copy_s(
+            owned_params(ctx, params) * host_offload.GRAD_TO_HOST_BYTES, link
+        )
+        stage_bwd = params.stage_layers * (stack.per_layer["bwd"] + stack.per_layer["recompute"])
+        dp.per_mb += max(0.0, copy - stage_bwd)
+        dp.raw_per_mb += copy
+    return dp
+
+
+def owned_params(ctx: Context, params: Params) -> float:
+    """Parameters whose optimizer state this GPU holds (its ZeRO shard, or all of its own)."""
+    return params.local / (ctx.groups.dp_cp.size if ctx.layout.zero >= 1 else 1)
+
+
+def _collectives(ctx: Context, stack: Stack, params: Params) -> DataParallel:
+    """:func:`dp_traffic`'s collectives."""
     layout, training, fabric, m = ctx.layout, ctx.training, ctx.fabric, ctx.microbatches
     grad_b = memory.grad_bytes(training)
     dp_group = ctx.groups.dp_cp

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from planner.costs import compute
+from planner.costs import compute, host_offload
 from planner.errors import PlannerError
 from planner.report import StepReport
 from planner.schedules import Schedule
@@ -42,6 +42,19 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
         notes.append(
             f"activations of {training.offload_layers} layers offloaded to host memory; each "
             "copy hides behind one layer's compute"
+        )
+    if training.checkpoint_offload:
+        notes.append(
+            "full-recompute checkpoints kept in host memory (two layers' on the GPU); each copy "
+            "hides behind one layer's compute"
+        )
+    if training.optimizer_offload:
+        notes.append(
+            "optimizer offload: master weights and Adam moments in host memory; the CPU "
+            f"update streams {host_offload.CPU_ADAM_BYTES_PER_PARAM:.0f} B per parameter at "
+            f"{host_offload.HOST_DRAM_EFFICIENCY:.0%} of the node's host DRAM bandwidth (an "
+            "assumption), overlapped with the weights' copy back; gradient copies to the host "
+            "hide behind backward"
         )
     if layout.ep > 1:
         notes.append(f"expert tensor parallel size = {layout.expert_tp}; balanced routing")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from planner.costs import comms, compute, elementwise, flops, memory, pipeline
+from planner.costs import comms, compute, elementwise, flops, host_offload, memory, pipeline
 from planner.profile import CalibrationProfile
 from planner.schedules import Schedule, schedule_of
 from planner.simulate.layers import (
@@ -30,11 +30,6 @@ if TYPE_CHECKING:
     from planner.simulate.data_parallel import DataParallel
 
 T = TypeVar("T")
-
-# Achieved over peak host-link bandwidth: nvbandwidth on 8 x H200 measures 55.4 GB/s
-# host-to-device and 55.1 GB/s device-to-host on PCIe Gen5 x16 (63 GB/s; shared/reference
-# hardware.md A3).
-HOST_LINK_EFFICIENCY = 0.88
 
 
 @dataclass(slots=True)
@@ -325,20 +320,6 @@ def shared_collective_s(
     )
 
 
-def offload_exposed_s(
-    act_layer_bytes: float, per_layer: dict[str, float], host_link_gb_per_s: float
-) -> float:
-    """Exposed seconds of offloading one layer's activations (``act_layer_bytes``), per
-    micro-batch.
-
-    Transformer Engine's CPU offload copies layer i's saved tensors to the host while layer
-    i + 1 runs forward and brings them back one layer ahead in backward: each copy hides behind
-    one layer's compute and the excess shows.
-    """
-    copy = act_layer_bytes / (host_link_gb_per_s * 1e9 * HOST_LINK_EFFICIENCY)
-    return max(0.0, copy - per_layer["fwd"]) + max(0.0, copy - per_layer["bwd"])
-
-
 def stage_categories(
     n_layers: float, per_layer: dict[str, float], pp_s: float, dp_per_mb: float, edge: dict
 ) -> dict[str, float]:
@@ -365,11 +346,17 @@ def stage_categories(
 def edge_work(ctx: Context, stack: Stack, edges: Edges) -> tuple[dict, dict]:
     """(embedding rank's, head rank's) extra seconds by category, per micro-batch."""
     emb = {"compute_memory_bound": edges.emb_s}
-    if ctx.training.offload_layers:
+    # activations (offload_layers) or full-recompute checkpoints (checkpoint_offload, every
+    # layer) copied to the host and back, what one layer's compute cannot hide of each copy
+    offloaded = ctx.training.offload_layers or (
+        ctx.model.layers if ctx.training.checkpoint_offload else 0
+    )
+    if offloaded:
         link = ctx.cluster.accelerator.host_link_gb_per_s
         assert link is not None  # check_layout
-        emb["activation_offload"] = ctx.training.offload_layers * offload_exposed_s(
-            stack.act_layer, stack.per_layer, link
+        layer = stack.per_layer
+        emb["activation_offload"] = offloaded * host_offload.layer_copy_exposed_s(
+            stack.act_layer, layer["fwd"], layer["bwd"] + layer["recompute"], link
         )
     head = {"compute_logits_loss": edges.logits_s}
     for key, value in edges.mtp.items():

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from planner.costs import elementwise, flops, memory, pipeline
+from planner.costs import elementwise, flops, host_offload, memory, pipeline
 from planner.costs.blocks import mixer_costs
 from planner.legality import check_layout
 from planner.plan import StageRecipe, StageSpec, StepPlan, build_stages, pass_times
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.schedules import StageTimes
-from planner.simulate.data_parallel import DataParallel, dp_traffic, stage_param_tensors
+from planner.simulate.data_parallel import (
+    DataParallel,
+    dp_traffic,
+    owned_params,
+    stage_param_tensors,
+)
 from planner.simulate.notes import default_assumptions, host_note, schedule_notes
 from planner.simulate.planning import stage_plans
 from planner.simulate.stages import (
@@ -135,7 +140,13 @@ def optimizer_time_s(ctx: Context, params: Params) -> float:
     or bound by the host issuing its ops when it runs per tensor (one op per kernel step and
     parameter tensor, ``elementwise.ADAM_OPS``; foreach / fused issue a handful per step)."""
     kernel = ctx.training.optimizer_kernel
-    owned = params.local / (ctx.groups.dp_cp.size if ctx.layout.zero >= 1 else 1)
+    owned = owned_params(ctx, params)
+    if ctx.training.optimizer_offload:  # the CPU updates, the weights come back (host_offload)
+        host_bw = ctx.cluster.spec.host_memory_bandwidth_gb_per_s
+        link = ctx.cluster.accelerator.host_link_gb_per_s
+        assert host_bw is not None and link is not None  # check_layout
+        sharing = min(ctx.layout.world_size, ctx.cluster.spec.gpus_per_node)  # one node's GPUs
+        return host_offload.offloaded_optimizer_s(owned, sharing, host_bw, link)
     gpu = owned * elementwise.adam_bytes_per_param(kernel) / ctx.dev.adam_bytes_per_s
     ops = float(elementwise.ADAM_OPS[kernel])
     if kernel == "per_tensor":
@@ -248,6 +259,10 @@ def memory_peak(
     if training.offload_layers:
         # offloaded layers leave the GPU but for the one in transit (pp is 1: legality)
         in_flight -= training.offload_layers - 1
+    if training.checkpoint_offload:
+        # the checkpoints go to the host as each layer ends: one being copied down, one being
+        # brought back for the recompute stay on the GPU (pp is 1: legality)
+        in_flight = min(in_flight, 2.0)
     activations = stack.act_layer * in_flight
     if training.recompute == "full":
         activations += full_one  # one layer recomputed at a time

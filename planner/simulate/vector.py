@@ -113,6 +113,7 @@ class VectorPass:
                     _batch._LAYER_TRAINING(tr), len(self.memo["layer_training"])
                 )
                 covered = COVERED_PYTHON and not tr.offload_layers
+                covered = covered and not (tr.optimizer_offload or tr.checkpoint_offload)
                 covered = covered and tr.optimizer_kernel != "per_tensor"
                 self.memo["tconsts"].append(_training_consts(sim, tr))
                 tix = len(self.memo["tconsts"]) - 1

@@ -115,6 +115,14 @@ class ClusterSpec(_Frozen):
     )
     scale_out_latency_us: float = Field(ge=0, le=MAX_LATENCY_US)
     price_per_gpu_hour_usd: float | None = Field(default=None, gt=0, le=MAX_PRICE_USD)
+    host_memory_bandwidth_gb_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_BANDWIDTH_GB_PER_S,
+        description="peak DRAM bandwidth of one node's host CPUs, GB/s (sockets x channels x "
+        "MT/s x 8 B), shared by its GPUs' optimizer updates under optimizer_offload; None: "
+        "unknown, no optimizer offload",
+    )
     profile: str | None = Field(
         default=None, max_length=1000, description="calibration profile id or path override"
     )

@@ -259,6 +259,21 @@ class Training(_Frozen):
         "ops per parameter tensor: the foreach traffic plus one host-issued op per step and "
         "tensor, Composer DecoupledAdamW)",
     )
+    optimizer_offload: bool = Field(
+        default=False,
+        description="ZeRO-Offload: the fp32 master weights and Adam moments live in host memory "
+        "and the update runs on the CPU; each step copies the gradient shard to the host and the "
+        "updated 16-bit weights back (DeepSpeed zero_optimization.offload_optimizer.device cpu, "
+        "Megatron-DeepSpeed --cpu-optimizer; Ren et al. 2021); needs ZeRO stage 1-3, a host link "
+        "and the cluster's host_memory_bandwidth_gb_per_s",
+    )
+    checkpoint_offload: bool = Field(
+        default=False,
+        description="with recompute full, the layer-input checkpoints go to host memory in "
+        "forward and come back for the recompute in backward, each copy behind one layer's "
+        "compute (DeepSpeed activation_checkpointing.cpu_checkpointing, Megatron-DeepSpeed "
+        "--checkpoint-in-cpu); needs recompute full, pp 1 and a host link",
+    )
     fp8_param_gather: bool = Field(
         default=False,
         description="ZeRO / FSDP all-gather the weights already cast to fp8 (1 B per "

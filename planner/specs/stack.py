@@ -201,6 +201,12 @@ class StackCapabilities(Spec):
         min_length=1, max_length=3, description="recompute granularities"
     )
     fp8: bool = Field(description="FP8 training")
+    optimizer_offload: bool = Field(
+        default=False, description="optimizer states and update on the host CPU (ZeRO-Offload)"
+    )
+    checkpoint_offload: bool = Field(
+        default=False, description="full-recompute checkpoints kept in host memory"
+    )
 
 
 class StackSpec(Spec):

@@ -26,7 +26,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planner.search.dialects._common import NOT_EXPRESSED, grad_accumulation_steps, not_expressed
+from planner.search.dialects._common import (
+    NOT_EXPRESSED,
+    grad_accumulation_steps,
+    host_offload_statements,
+    not_expressed,
+)
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -48,9 +53,12 @@ STANDALONE_REASONS = {
 }
 
 
-def _zero_section(layout: Layout) -> tuple[dict[str, Any], list[str]]:
-    """``zero_optimization`` and what it cannot say about the layout's overlaps."""
+def _zero_section(layout: Layout, training: Training) -> tuple[dict[str, Any], list[str]]:
+    """``zero_optimization`` (with the optimizer offload) and what it cannot say about the
+    layout's overlaps."""
     zero: dict[str, Any] = {"stage": layout.zero}
+    if training.optimizer_offload:  # deepspeed/runtime/zero/offload_config.py
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     notes: list[str] = []
     if layout.zero >= 1:
         zero["overlap_comm"] = layout.overlap_dp_grad_reduce
@@ -91,7 +99,7 @@ def deepspeed_json(
     whose arguments carry the model parallelism and recompute (and which reads the
     ``activation_checkpointing`` section)."""
     accumulation = grad_accumulation_steps(layout, training)
-    zero, notes = _zero_section(layout)
+    zero, notes = _zero_section(layout, training)
     notes = [
         f"DeepSpeed config for {model.name} on {gpus} GPUs (data parallel size {layout.dp})",
         *notes,
@@ -109,6 +117,11 @@ def deepspeed_json(
                 "config; bf16 shown)"
             )
     notes += _recompute_notes(training, with_megatron)
+    # transformers' gradient checkpointing is torch.utils.checkpoint: cpu_checkpointing is
+    # DeepSpeed's own activation-checkpointing API, which only Megatron-DeepSpeed calls
+    notes += host_offload_statements(
+        training, "DeepSpeed (transformers)", optimizer=True, checkpoints=with_megatron
+    )
     cfg: dict[str, Any] = {
         "planner_notes": notes,
         "train_batch_size": training.global_batch,
@@ -123,7 +136,7 @@ def deepspeed_json(
         cfg["activation_checkpointing"] = {
             "partition_activations": False,
             "contiguous_memory_optimization": False,
-            "cpu_checkpointing": False,
+            "cpu_checkpointing": training.checkpoint_offload,
         }
     return json.dumps(cfg, indent=2) + "\n"
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from planner.search.dialects._common import NOT_EXPRESSED, not_expressed
+from planner.search.dialects._common import NOT_EXPRESSED, host_offload_statements, not_expressed
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -78,6 +78,7 @@ def llm_foundry_yaml(model: ModelSpec, gpus: int, layout: Layout, training: Trai
     ``#`` lines say what it cannot express."""
     fsdp, notes = _fsdp_config(layout, training)
     notes = not_expressed(layout, training, REASONS) + notes
+    notes += host_offload_statements(training, "llm-foundry")
     doc = {
         "max_seq_len": training.seq_len,
         "global_train_batch_size": training.global_batch,

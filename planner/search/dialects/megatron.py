@@ -54,6 +54,7 @@ from planner.schedules import schedule_of
 from planner.search.dialects._common import (
     NOT_EXPRESSED,
     by_hand_note,
+    host_offload_statements,
     not_expressed,
     pipeline_split,
 )
@@ -177,6 +178,7 @@ def _core_rows(model: ModelSpec, layout: Layout, training: Training) -> tuple[li
         training,
         {"pp_scatter_gather": "Megatron-Core sends whole activations between stages"},
     )
+    notes += host_offload_statements(training, "Megatron-Core recipe")
     return rows, notes + recompute_notes
 
 
@@ -364,6 +366,8 @@ def megatron_deepspeed_args(model: ModelSpec, gpus: int, layout: Layout, trainin
             "--recompute-num-layers 1",
             "--deepspeed-activation-checkpointing",
         ]
+        if training.checkpoint_offload:  # deepspeed.checkpointing checkpoint_in_cpu
+            lines.append("--checkpoint-in-cpu")
     lines += [
         f"--micro-batch-size {training.micro_batch}",
         f"--global-batch-size {training.global_batch}",
@@ -382,6 +386,8 @@ def megatron_deepspeed_args(model: ModelSpec, gpus: int, layout: Layout, trainin
         "--deepspeed_config ds_config.json",
         f"--zero-stage {layout.zero}",
     ]
+    if training.optimizer_offload:  # with offload_optimizer in ds_config.json
+        lines.append("--cpu-optimizer")
     return "\n".join(lines + _comments(_mds_notes(layout, training))) + "\n"
 
 

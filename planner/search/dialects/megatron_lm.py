@@ -18,7 +18,7 @@ True
 from __future__ import annotations
 
 from planner.schedules import schedule_of
-from planner.search.dialects._common import NOT_EXPRESSED, pipeline_split
+from planner.search.dialects._common import NOT_EXPRESSED, host_offload_statements, pipeline_split
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -141,6 +141,7 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
             "default, off with --no-scatter-gather-tensors-in-pipeline; the argument was removed "
             "from Megatron-LM in 10e7b74597)"
         )
+    lines += [f"# {n}" for n in host_offload_statements(training, "Megatron-LM")]
     if layout.overlap_dp_grad_reduce:
         lines.append("--overlap-grad-reduce")
         if layout.zero >= 1 and (layout.zero < 3 or layout.overlap_zero3_param_gather):

@@ -1,0 +1,143 @@
+"""Optimizer offload (ZeRO-Offload) and checkpoint offload to host memory
+(planner/costs/host_offload.py): what leaves the GPU, what the step pays, who may run it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner
+from planner.costs import host_offload as ho
+from planner.errors import PlannerError
+from planner.search.dialects.deepspeed import deepspeed_json
+from planner.search.dialects.megatron import megatron_deepspeed_args
+from planner.search.dialects.torchtitan import torchtitan_toml
+from planner.specs.layout import Layout, Training
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return planner.load_model("llama3.1-8b"), planner.load_cluster("dgx-h100")
+
+
+def _sim(problem, layout: Layout, training: Training, stack: str = "deepspeed-zero"):
+    model, cluster = problem
+    return planner.simulate(model, cluster, layout, training, stack=stack)
+
+
+def _t(**kw) -> Training:
+    return Training(**{"seq_len": 4096, "global_batch": 64, "micro_batch": 1, **kw})
+
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_optimizer_states_leave_the_gpu_and_from_zero_2_the_gradients(problem, zero: int):
+    layout = Layout(dp=8, zero=zero)
+    base = _sim(problem, layout, _t())
+    off = _sim(problem, layout, _t(optimizer_offload=True))
+    assert base.memory_breakdown_gib["optimizer_states"] > 1.0
+    assert off.memory_breakdown_gib["optimizer_states"] == 0.0
+    grads = off.memory_breakdown_gib["gradients"]
+    if zero >= 2:
+        assert grads == 0.0
+    else:  # ZeRO-1 holds every gradient until the reduction
+        assert grads == pytest.approx(base.memory_breakdown_gib["gradients"])
+    assert off.memory_breakdown_gib["weights"] == pytest.approx(
+        base.memory_breakdown_gib["weights"]
+    )
+    assert off.peak_memory_gib < base.peak_memory_gib
+    assert any("optimizer offload" in a for a in off.assumptions)
+
+
+def test_the_cpu_update_is_the_node_s_dram_traffic_over_its_bandwidth(problem):
+    model, cluster = problem
+    layout = Layout(dp=8, zero=3)
+    off = _sim(problem, layout, _t(optimizer_offload=True))
+    params = model.total_params / 8  # each GPU owns its ZeRO shard
+    host_bw = cluster.spec.host_memory_bandwidth_gb_per_s
+    link = cluster.accelerator.host_link_gb_per_s
+    cpu = params * 8 * ho.CPU_ADAM_BYTES_PER_PARAM / (host_bw * 1e9 * ho.HOST_DRAM_EFFICIENCY)
+    back = params * ho.WEIGHT_TO_GPU_BYTES / (link * 1e9 * ho.HOST_LINK_EFFICIENCY)
+    assert off.time_breakdown_s["optimizer"] == pytest.approx(max(cpu, back), rel=0.02)
+    base = _sim(problem, layout, _t())
+    assert off.time_breakdown_s["optimizer"] > 10 * base.time_breakdown_s["optimizer"]
+    assert off.step_time_s > base.step_time_s
+
+
+def test_one_node_updates_the_whole_model_however_it_is_sharded(problem):
+    """dp 8 on one node: eight shards share the host's DRAM, as one GPU's whole model would."""
+    one = _sim(problem, Layout(dp=1, zero=1), _t(global_batch=8, optimizer_offload=True))
+    eight = _sim(problem, Layout(dp=8, zero=1), _t(optimizer_offload=True))
+    cpu_one = ho.cpu_adam_time_s(1.0, 1, 100.0)
+    cpu_eight = ho.cpu_adam_time_s(1.0 / 8, 8, 100.0)
+    assert cpu_one == pytest.approx(cpu_eight)
+    assert one.time_breakdown_s["optimizer"] == pytest.approx(
+        eight.time_breakdown_s["optimizer"], rel=0.02
+    )
+
+
+def test_gradient_copies_show_only_what_backward_cannot_hide(problem):
+    layout = Layout(dp=8, zero=3)
+    base = _sim(problem, layout, _t())
+    off = _sim(problem, layout, _t(optimizer_offload=True))
+    assert off.time_breakdown_s["dp_comm"] >= base.time_breakdown_s["dp_comm"] - 1e-12
+    # a copy at least as long as a backward shows its excess, a short one shows nothing
+    assert ho.layer_copy_exposed_s(63e9 * ho.HOST_LINK_EFFICIENCY, 0.5, 2.0, 63) == 0.5
+    assert ho.layer_copy_exposed_s(1e6, 0.5, 2.0, 63) == 0.0
+
+
+def test_checkpoint_offload_keeps_two_layers_of_checkpoints(problem):
+    model, _ = problem
+    layout = Layout(dp=8, zero=1)
+    full = _sim(problem, layout, _t(recompute="full", micro_batch=4), "megatron-deepspeed")
+    off = _sim(
+        problem,
+        layout,
+        _t(recompute="full", micro_batch=4, checkpoint_offload=True),
+        "megatron-deepspeed",
+    )
+    # full recompute: L checkpoints + one layer rebuilt; offloaded: 2 checkpoints + that layer
+    per_checkpoint = (
+        full.memory_breakdown_gib["activations"] - off.memory_breakdown_gib["activations"]
+    ) / (model.layers - 2)
+    # a checkpoint is the layer input: micro-batch x sequence x hidden, 2 B
+    assert per_checkpoint == pytest.approx(4 * 4096 * model.hidden * 2 / GiB, rel=1e-6)
+    assert off.time_breakdown_s["activation_offload"] >= 0.0
+    assert off.step_time_s == pytest.approx(
+        full.step_time_s + off.time_breakdown_s["activation_offload"], rel=1e-6
+    )
+    assert any("checkpoints kept in host memory" in a for a in off.assumptions)
+
+
+def test_stacks_that_cannot_offload_say_so(problem):
+    with pytest.raises(PlannerError, match="stack 'megatron-core' cannot run optimizer offload"):
+        _sim(problem, Layout(dp=8, zero=1), _t(optimizer_offload=True), "megatron-core")
+    with pytest.raises(PlannerError, match="cannot run activation checkpoints in host memory"):
+        _sim(problem, Layout(dp=8, zero=3), _t(recompute="full", checkpoint_offload=True))
+    with pytest.raises(PlannerError, match="optimizer_offload"):
+        _sim(problem, Layout(dp=8), _t(optimizer_offload=True))  # ZeRO-0
+
+
+def test_exports_write_the_offloads_or_say_they_cannot(problem):
+    model, _ = problem
+    layout = Layout(dp=8, zero=3)
+    tr = _t(recompute="full", optimizer_offload=True, checkpoint_offload=True)
+    cfg = json.loads(deepspeed_json(model, 8, layout, tr, with_megatron=True))
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert cfg["activation_checkpointing"]["cpu_checkpointing"] is True
+    assert not [n for n in cfg["planner_notes"] if "offload" in n]
+    alone = json.loads(deepspeed_json(model, 8, layout, tr))
+    assert any("checkpoint_offload = True" in n for n in alone["planner_notes"])
+    args = megatron_deepspeed_args(model, 8, layout, tr).split("\n")
+    assert "--cpu-optimizer" in args and "--checkpoint-in-cpu" in args
+    toml = torchtitan_toml(model, 8, layout, tr)
+    assert "optimizer_offload = True" in toml and "checkpoint_offload = True" in toml
+
+
+def test_no_offload_no_offload_keys(problem):
+    model, _ = problem
+    cfg = json.loads(deepspeed_json(model, 8, Layout(dp=8, zero=3), _t()))
+    assert "offload_optimizer" not in cfg["zero_optimization"]
+    assert "--cpu-optimizer" not in megatron_deepspeed_args(model, 8, Layout(dp=8, zero=3), _t())
