@@ -43,6 +43,7 @@ class TunedPrediction:
     tokens_per_s_per_gpu_min: float
     tokens_per_s_per_gpu_max: float
     settings: int  # legal settings that fit, over which the range is taken
+    legal: int = 0  # legal settings, fitting or not (1: the stack and layout fix the knobs)
 
 
 def _choices(name: str, stack: StackSpec | None) -> tuple[Any, ...]:
@@ -95,6 +96,7 @@ def tuned_prediction(
         )
     tolerated = _stated_violation(model, layout, training, stack, enforce_stack)
     fitting: list[tuple[StepReport, Layout, Training, dict[str, Any]]] = []
+    legal = 0
     for values in itertools.product(*grids):
         picked = dict(zip(unknown, values, strict=True))
         l_update = {k: v for k, v in picked.items() if k in ("vpp", "zero")}
@@ -115,6 +117,7 @@ def tuned_prediction(
             )
         except (PlannerError, ValueError):
             continue  # not a legal setting for this model, layout or stack
+        legal += 1
         if report.fits:
             fitting.append((report, lay, tr, picked))
     if not fitting:
@@ -125,7 +128,9 @@ def tuned_prediction(
         )
     rates = [f[0].tokens_per_s_per_gpu for f in fitting]
     best = max(fitting, key=lambda f: f[0].tokens_per_s_per_gpu)
-    return TunedPrediction(best[0], best[1], best[2], best[3], min(rates), max(rates), len(fitting))
+    return TunedPrediction(
+        best[0], best[1], best[2], best[3], min(rates), max(rates), len(fitting), legal
+    )
 
 
 __all__ = ["MAX_COMBINATIONS", "TunedPrediction", "UNKNOWABLE", "tuned_prediction"]

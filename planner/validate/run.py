@@ -108,16 +108,22 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
             notes.append(f"not stated: {', '.join(i.unstated)}; {' '.join(str(exc).split())}")
         else:
             lo, hi = tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
-            out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
-            meas = case.measured.tokens_per_s_per_gpu
-            out["in_range"] = bool(lo <= meas <= hi)
             picked = ", ".join(
                 f"{k} {v if v is not None else 'none'}" for k, v in tuned.picked.items()
             )
-            notes.append(
-                f"not stated, tuned: {picked}, the fastest of {tuned.settings} settings that "
-                f"fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
-            )
+            if tuned.legal == 1:  # e.g. vpp on a stack that runs no interleaved schedule
+                notes.append(
+                    f"not stated, determined: {picked}, the only legal setting under the stack "
+                    "and layout (no range: nothing was left to tune)"
+                )
+            else:
+                out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
+                meas = case.measured.tokens_per_s_per_gpu
+                out["in_range"] = bool(lo <= meas <= hi)
+                notes.append(
+                    f"not stated, tuned: {picked}, the fastest of {tuned.settings} settings "
+                    f"that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
+                )
             rep = tuned.report
     if rep is None:
         rep = simulate_step(

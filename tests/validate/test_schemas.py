@@ -219,6 +219,26 @@ def test_v2_unstated_recompute_is_tuned_stated_none_is_not():
     assert lo <= tuned["predicted_tokens_per_s_per_gpu"] <= hi
 
 
+def test_a_knob_the_stack_fixes_is_determined_not_ranged():
+    """vpp left open on a stack whose pipeline runs 1F1B only: one legal setting, no range
+    (it would count as a case with an unstated knob whose range is a point)."""
+    raw = _v2(
+        layout={"tp": 1, "pp": 4, "dp": 2, "zero": 1},
+        training={"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "full"},
+    )
+    raw["stack"] = "megatron-deepspeed-2022"
+    raw["cluster"] = "dgx-a100-80gb"
+    raw["unstated"] = ["vpp"]
+    row = run_case(raw, planner.default_profile, 2)
+    assert row["status"] == "ok", row["reason"]
+    assert "not stated, determined: vpp none" in row["reason"]
+    assert "predicted_range_tokens_per_s_per_gpu" not in row and "in_range" not in row
+    raw["stack"] = "megatron-core"  # interleaving is legal there: a range again
+    row = run_case(raw, planner.default_profile, 2)
+    assert "not stated, tuned: vpp" in row["reason"]
+    assert "predicted_range_tokens_per_s_per_gpu" in row
+
+
 def test_file_schema_is_told_by_its_shape():
     assert case_file([_v1()])[0] == 1
     assert case_file({"schema": 2, "cases": [_v2()]})[0] == 2
