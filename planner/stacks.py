@@ -165,6 +165,21 @@ def _with_changes(stack: StackSpec, spec: SpecT, update: dict[str, Any]) -> Spec
         ) from None
 
 
+# host-memory offloads a stack may run: (Training and capability field, what, shipped stacks)
+HOST_OFFLOADS = (
+    (
+        "optimizer_offload",
+        "optimizer offload to the CPU",
+        "deepspeed-zero, deepspeed-zero3-2021, megatron-deepspeed(-2022)",
+    ),
+    (
+        "checkpoint_offload",
+        "activation checkpoints in host memory",
+        "deepspeed-zero3-2021, megatron-deepspeed(-2022)",
+    ),
+)
+
+
 def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> PlannerError | None:
     """What ``stack`` cannot run of this layout, as the error to raise (None: it can)."""
     c = stack.capabilities
@@ -198,17 +213,14 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
             "recompute " + " / ".join(c.recompute),
         ),
         ("training.precision", training.precision == "fp8" and not c.fp8, "fp8", "bf16, fp16"),
-        (
-            "training.optimizer_offload",
-            training.optimizer_offload and not c.optimizer_offload,
-            "optimizer offload to the CPU",
-            "optimizer_offload off, or a DeepSpeed stack (deepspeed-zero, megatron-deepspeed)",
-        ),
-        (
-            "training.checkpoint_offload",
-            training.checkpoint_offload and not c.checkpoint_offload,
-            "activation checkpoints in host memory",
-            "checkpoint_offload off, or a DeepSpeed stack (deepspeed-zero, megatron-deepspeed)",
+        *(
+            (
+                f"training.{name}",
+                getattr(training, name) and not getattr(c, name),
+                what,
+                f"{name} off, or a stack with capabilities.{name} ({stacks})",
+            )
+            for name, what, stacks in HOST_OFFLOADS
         ),
     )
     for field, broken, what, valid in checks:

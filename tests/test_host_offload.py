@@ -141,3 +141,21 @@ def test_no_offload_no_offload_keys(problem):
     cfg = json.loads(deepspeed_json(model, 8, Layout(dp=8, zero=3), _t()))
     assert "offload_optimizer" not in cfg["zero_optimization"]
     assert "--cpu-optimizer" not in megatron_deepspeed_args(model, 8, Layout(dp=8, zero=3), _t())
+
+
+def test_the_refusal_names_exactly_the_shipped_stacks_that_offload():
+    from planner.resources import STACKS_DIR
+    from planner.specs.loading import shipped_ids
+    from planner.stacks import HOST_OFFLOADS
+
+    for name, _, named in HOST_OFFLOADS:
+        listed = set()
+        for part in named.split(", "):
+            base = part.replace("(-2022)", "")
+            listed |= {base, base + "-2022"} if "(-2022)" in part else {base}
+        can = {
+            sid
+            for sid in shipped_ids(STACKS_DIR)
+            if getattr(planner.load_stack(sid).capabilities, name)
+        }
+        assert can == listed, name
