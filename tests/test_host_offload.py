@@ -159,3 +159,39 @@ def test_the_refusal_names_exactly_the_shipped_stacks_that_offload():
             if getattr(planner.load_stack(sid).capabilities, name)
         }
         assert can == listed, name
+
+
+@pytest.mark.parametrize("stack", ["megatron-deepspeed", "deepspeed-zero3-2021"])
+def test_every_offload_combination_gives_finite_consistent_figures(stack: str):
+    import itertools
+    import math
+
+    model = planner.load_model("llama2-7b")
+    for cluster_id, zero, recompute, opt, ckpt, dp in itertools.product(
+        ("dgx-a100-80gb", "dgx-h200"),
+        (1, 2, 3),
+        ("none", "full"),
+        (False, True),
+        (False, True),
+        (1, 8),
+    ):
+        if ckpt and recompute != "full":
+            continue
+        cluster = planner.load_cluster(cluster_id)
+        layout = Layout(dp=dp, zero=zero)
+        tr = _t(
+            global_batch=8 * dp, recompute=recompute, optimizer_offload=opt, checkpoint_offload=ckpt
+        )
+        try:
+            r = planner.simulate(model, cluster, layout, tr, stack=stack)
+        except PlannerError as exc:  # what the stack cannot run, named
+            assert exc.field.startswith(("layout.", "training.")), exc
+            continue
+        figures = [
+            r.step_time_s,
+            r.peak_memory_gib,
+            *r.time_breakdown_s.values(),
+            *r.memory_breakdown_gib.values(),
+        ]
+        assert all(math.isfinite(x) and x >= 0 for x in figures)
+        assert sum(r.time_breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-9)
