@@ -50,6 +50,7 @@ DEFAULTS = {
     "srch_trials": 300,
     "srch_headroom": 0.05,
     "srch_space": "full",
+    "srch_optimizer_offload": False,
     "srch_stack": "none",
     "srch_top": 10,
 }
@@ -126,6 +127,11 @@ def _form() -> dict[str, Any] | None:
         )
         space = cols[3].selectbox("Space", list(SPACES), format_func=SPACES.get, key="srch_space")
         stack_id = stacks.search_stack_choice("srch_stack", "the layouts")
+        offload = st.checkbox(
+            "optimizer offload (ZeRO-Offload: optimizer states and Adam on the CPU; DeepSpeed "
+            "stacks, ZeRO 1-3)",
+            key="srch_optimizer_offload",
+        )
         submitted = st.form_submit_button("Run search", type="primary", key="srch_submit")
     if not submitted:
         return None
@@ -143,6 +149,7 @@ def _form() -> dict[str, Any] | None:
         "headroom": float(headroom),
         "space": space,
         "stack": stacks.stack_or_none(stack_id),
+        "optimizer_offload": bool(offload),
     }
 
 
@@ -174,6 +181,7 @@ def run(params: dict[str, Any]) -> c.SearchRun:
         progress=_progress_callback(bar),
         time_budget_s=c.SEARCH_BUDGET_S,
         stack=params.get("stack"),
+        optimizer_offload=params.get("optimizer_offload", False),
     )
     bar.progress(
         1.0, text=f"done: {result.evaluated:,} layouts simulated in {result.seconds:.2f} s"

@@ -195,3 +195,41 @@ def test_every_offload_combination_gives_finite_consistent_figures(stack: str):
         ]
         assert all(math.isfinite(x) and x >= 0 for x in figures)
         assert sum(r.time_breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_search_with_optimizer_offload_finds_what_fits_and_ranks_it_by_the_same_figures():
+    from planner.search import search
+
+    model, cluster = planner.load_model("llama3.1-70b"), planner.load_cluster("dgx-a100-80gb")
+    stack = planner.load_stack("deepspeed-zero")
+    plain = search(model, cluster, 8, 64, 4096, precision=None, stack=stack)
+    assert not any(e.feasible for e in plain.ranked)  # 70B states do not fit on 8 x 80 GB
+    off = search(model, cluster, 8, 64, 4096, precision=None, stack=stack, optimizer_offload=True)
+    fits = [e for e in off.ranked if e.feasible]
+    assert fits and all(e.training.optimizer_offload and e.layout.zero >= 1 for e in fits)
+    assert off.rejected_by_rule.get("optimizer_offload_needs_zero", 0) > 0
+    best = fits[0]
+    again = planner.simulate(model, cluster, best.layout, best.training, stack=stack)
+    assert best.report.step_time_s == pytest.approx(again.step_time_s, rel=1e-9)
+    assert again.memory_breakdown_gib["optimizer_states"] == 0.0
+
+
+def test_the_cli_search_points_at_offload_when_nothing_fits(capsys):
+    from planner.cli import main
+
+    argv = [
+        "search",
+        "--model",
+        "llama3.1-70b",
+        "--cluster",
+        "dgx-a100-80gb",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "64",
+        "--stack",
+        "deepspeed-zero",
+    ]
+    assert main(argv) == 2
+    assert "--optimizer-offload" in capsys.readouterr().err
+    assert main([*argv, "--optimizer-offload", "--json"]) == 0

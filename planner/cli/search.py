@@ -98,6 +98,18 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
         "--stack's, else fp32_copy)",
     )
     p.add_argument(
+        "--optimizer-offload",
+        action="store_true",
+        help="every candidate keeps its optimizer states in host memory and runs Adam on the "
+        "CPU (ZeRO-Offload; a DeepSpeed --stack, ZeRO 1-3; see planner simulate --help)",
+    )
+    p.add_argument(
+        "--checkpoint-offload",
+        action="store_true",
+        help="every candidate runs full recompute with its checkpoints in host memory (a "
+        "DeepSpeed --stack; see planner simulate --help)",
+    )
+    p.add_argument(
         "--stack",
         default=None,
         help="software stack (planner list stacks): search only what it runs, each candidate "
@@ -325,8 +337,11 @@ def _no_feasible(result: SearchResult, model: ModelSpec, args: argparse.Namespac
     reasons = sorted(result.infeasible.items(), key=lambda kv: -kv[1])
     text = ", ".join(f"{k} ({v:,})" for k, v in reasons) or "no candidates"
     oom = any("memory" in k for k, _ in reasons)
+    stack = stack_flag(args, default=NO_STACK)
+    can_offload = stack is None or stack.capabilities.optimizer_offload
+    offload = ", --optimizer-offload" if can_offload and not args.optimizer_offload else ""
     hint = (
-        "more GPUs, a smaller --global-batch or --memory-headroom 0"
+        f"more GPUs, a smaller --global-batch{offload} or --memory-headroom 0"
         if oom
         else "a GPU count that tp*cp*pp*dp can factor (e.g. a multiple of 8) and a global "
         "batch divisible by micro_batch*dp"
@@ -364,6 +379,8 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 seq_len=seqs if len(seqs) > 1 else seqs[0],
                 precision=args.precision,
                 cross_entropy=args.cross_entropy,
+                optimizer_offload=args.optimizer_offload,
+                checkpoint_offload=args.checkpoint_offload,
                 stack=stack_flag(args, default=NO_STACK),
                 objective=args.objective,
                 tokens=args.tokens,

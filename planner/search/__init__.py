@@ -114,6 +114,8 @@ def search(
     time_budget_s: float | None = None,
     schedules: Sequence[str] | None = None,
     stack: StackSpec | None = None,
+    optimizer_offload: bool = False,
+    checkpoint_offload: bool = False,
 ) -> SearchResult:
     """Find the best legal layout of ``model`` on ``cluster`` for ``objective``.
 
@@ -134,7 +136,9 @@ def search(
     ``stack``: the software stack every candidate runs under: the space keeps only what it can
     run (:func:`~planner.search.space.stack_space`) and each candidate gets its defaults for the
     fields the search does not set (``precision`` / ``cross_entropy`` None: the stack's, else
-    bf16 / fp32_copy).
+    bf16 / fp32_copy). ``optimizer_offload`` / ``checkpoint_offload``: every candidate offloads
+    (:mod:`planner.costs.host_offload`; the layouts that cannot, ZeRO-0 or without full recompute,
+    are left out as illegal).
     """
     deadline = Deadline(time_budget_s)
     counts, batches, seqs = _check_arguments(method, gpus, global_batch, seq_len)
@@ -145,7 +149,8 @@ def search(
     def space_for(seq: int) -> SearchSpace:
         return space or default_space(model, cluster, counts, seq)
 
-    jobs = make_jobs(batches, seqs, precision, cross_entropy, space_for, schedules, stack)
+    offload = (optimizer_offload, checkpoint_offload)
+    jobs = make_jobs(batches, seqs, precision, cross_entropy, space_for, schedules, stack, offload)
     evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens, stack=stack)
     start = time.perf_counter()
     notes = _stack_notes(stack) + _sweep_notes(batches, seqs)

@@ -47,11 +47,14 @@ def make_jobs(
     space_for: Callable[[int], SearchSpace],
     schedules: Sequence[str] | None,
     stack: StackSpec | None,
+    offload: tuple[bool, bool] = (False, False),
 ) -> list[Job]:
     """One job per (global batch, seq_len), batches outer; ``space_for(seq_len)``: the space
-    before the schedules and the stack narrow it (one per seq_len, shared by its jobs)."""
+    before the schedules and the stack narrow it (one per seq_len, shared by its jobs);
+    ``offload``: (optimizer_offload, checkpoint_offload) of every candidate."""
     trainings = [
-        search_training(s, b, precision, cross_entropy) for b, s in itertools.product(batches, seqs)
+        search_training(s, b, precision, cross_entropy, offload)
+        for b, s in itertools.product(batches, seqs)
     ]
     spaces = {s: search_space(space_for(s), schedules, stack) for s in seqs}
     return [Job(t, spaces[t.seq_len]) for t in trainings]
@@ -67,11 +70,21 @@ def search_space(
 
 
 def search_training(
-    seq_len: int, global_batch: int, precision: str | None, cross_entropy: str | None
+    seq_len: int,
+    global_batch: int,
+    precision: str | None,
+    cross_entropy: str | None,
+    offload: tuple[bool, bool] = (False, False),
 ) -> Training:
-    """The searched Training settings (None: left unset, for a stack to fill); pydantic's
-    rejection as a PlannerError on ``training``."""
-    given = {"precision": precision, "cross_entropy": cross_entropy}
+    """The searched Training settings (None: left unset, for a stack to fill; ``offload``:
+    optimizer_offload and checkpoint_offload, set only when on); pydantic's rejection as a
+    PlannerError on ``training``."""
+    given: dict[str, object] = {"precision": precision, "cross_entropy": cross_entropy}
+    given |= {
+        k: True
+        for k, on in zip(("optimizer_offload", "checkpoint_offload"), offload, strict=True)
+        if on
+    }
     try:
         return Training(
             seq_len=seq_len,

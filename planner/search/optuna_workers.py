@@ -240,6 +240,8 @@ def _parser() -> _OneLineParser:
         "--stack", default=None, help="as planner search --stack; must match the study's"
     )
     ap.add_argument("--cross-entropy", default=None, choices=CROSS_ENTROPY_KINDS)
+    ap.add_argument("--optimizer-offload", action="store_true", help="as planner search's")
+    ap.add_argument("--checkpoint-offload", action="store_true", help="as planner search's")
     ap.add_argument("--objective", default="tokens_per_s", choices=OBJECTIVES)
     ap.add_argument("--tokens", type=float, default=None)
     ap.add_argument("--memory-headroom", type=float, default=0.0)
@@ -265,15 +267,10 @@ def _worker_config(a: argparse.Namespace) -> WorkerConfig:
     check_seed(a.seed, 1)
     model, cluster = planner.load_model(a.model), planner.load_cluster(a.cluster)
     gpus = _gpu_list(a.gpus)
-    given = {"precision": a.precision, "cross_entropy": a.cross_entropy}
-    try:
-        training = Training(
-            seq_len=a.seq_len,
-            global_batch=a.global_batch,
-            **{k: v for k, v in given.items() if v is not None},
-        )
-    except ValidationError as exc:
-        raise pydantic_error_to_planner(exc, "training") from None
+    from planner.search.jobs import search_training  # lazy, as parse_schedules below
+
+    offload = (a.optimizer_offload, a.checkpoint_offload)
+    training = search_training(a.seq_len, a.global_batch, a.precision, a.cross_entropy, offload)
     space = default_space(model, cluster, gpus, a.seq_len)
     from planner.search import parse_schedules  # lazy: the package imports this module
 

@@ -318,6 +318,22 @@ def test_search_under_a_stack_searches_only_what_it_runs() -> None:
     assert any("compile = true" in c.value for c in at.code)
 
 
+def test_search_with_optimizer_offload_fits_what_does_not_fit_without() -> None:
+    """Llama 3.1 70B on 8 x A100 80GB under DeepSpeed ZeRO: nothing fits until the optimizer
+    goes to the host; the layouts shown then use ZeRO >= 1."""
+    kw = {"srch_model": "llama3.1-70b", "srch_cluster": "dgx-a100-80gb", "srch_gpus": 8}
+    kw |= {"srch_space": "full", "srch_global_batch": 64, "srch_seq_len": 4096}
+    at = _app("app_pages/search.py", srch_stack="deepspeed-zero", **kw)
+    at.button(key="srch_submit").click().run()
+    assert any("no feasible layout" in e for e in _errors(at))
+    at = _app("app_pages/search.py", srch_stack="deepspeed-zero", srch_optimizer_offload=True, **kw)
+    at.button(key="srch_submit").click().run()
+    _ok(at)
+    assert not _errors(at)
+    layouts = list(at.dataframe[0].value["layout"])
+    assert layouts and not any(" Z0" in x for x in layouts), layouts
+
+
 def test_search_with_no_feasible_layout_explains() -> None:
     at = _app("app_pages/search.py", srch_model="llama3.1-405b", srch_gpus=8)
     at.button(key="srch_submit").click().run()
