@@ -38,6 +38,10 @@ UPLOADED = "uploaded on the Estimate page: "
 MAX_PLOTTED = 1500
 STATE = "search_state"
 
+OFFLOAD_LABEL = (
+    "optimizer offload (ZeRO-Offload: optimizer states and Adam on the CPU; DeepSpeed stacks, "
+    "ZeRO 1-3)"
+)
 DEFAULTS = {
     "srch_model": c.DEFAULT_MODEL,
     "srch_gpus": 16,
@@ -127,11 +131,7 @@ def _form() -> dict[str, Any] | None:
         )
         space = cols[3].selectbox("Space", list(SPACES), format_func=SPACES.get, key="srch_space")
         stack_id = stacks.search_stack_choice("srch_stack", "the layouts")
-        offload = st.checkbox(
-            "optimizer offload (ZeRO-Offload: optimizer states and Adam on the CPU; DeepSpeed "
-            "stacks, ZeRO 1-3)",
-            key="srch_optimizer_offload",
-        )
+        offload = st.checkbox(OFFLOAD_LABEL, key="srch_optimizer_offload")
         submitted = st.form_submit_button("Run search", type="primary", key="srch_submit")
     if not submitted:
         return None

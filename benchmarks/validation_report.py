@@ -29,8 +29,10 @@ NOTES = """\
   (nothing overlaps), re-gathers for the recompute forward, reduce-scatters each gradient tensor
   on its own, and every one is a list-form collective (one copy kernel per rank). Costing that
   (ring latency linear in the 384-2,240 ranks, plus one copy per rank) moved the six rows from
-  +31..+238% to +9..+56%; what is left grows with the rank count (the planner counts 6 tensors
-  per layer, not the 12 with GPT's biases, and no per-collective host cost beyond the copies).
+  +31..+238% to +9..+56%; counting the 12 tensors a layer of Megatron's GPT holds (biased
+  linears and LayerNorms: `Training.linear_bias`, set by the stacks that run that model code)
+  instead of 6 then brought them to -16..+14% (leave-one-stack-out 28.6 -> 9.7%). What is
+  left: the 1,536-GPU 175B row is now under-predicted (-16%) while 530B stays over (+13-14%).
 * **MoE cases** (11; Qwen3, gpt-oss, DeepSeek-V3, Mixtral, Grok-1): all 11 run, MAPE 21% over
   them. Fine-grained dropless MoE waits for the host (one device-to-host sync and 16-32
   per-expert launches per layer; `host_overhead` in the breakdown), which brought Qwen3-235B on

@@ -127,18 +127,15 @@ def search(
     ``STUDY-gbB-seqS`` when several). ``method``: exhaustive enumeration (ground truth; refused
     above EXHAUSTIVE_MAX_CANDIDATES legal candidates), Optuna, or auto (exhaustive when the
     space holds at most AUTO_EXHAUSTIVE_LIMIT candidates). ``seed`` reproduces an Optuna search
-    with ``workers=1`` only: with several workers the trials interleave as the processes are
-    scheduled. ``time_budget_s``: a cooperative deadline, checked every few dozen candidates and
-    after every trial; past it the search stops with a PlannerError on
-    ``search.time_budget_s`` (finished trials stay in ``storage``). ``schedules``: the pipeline
+    with ``workers=1`` only. ``time_budget_s``: a cooperative deadline (checked every few dozen
+    candidates and trials; past it a PlannerError on ``search.time_budget_s``; finished trials
+    stay in ``storage``). ``schedules``: the pipeline
     schedules paired with each vpp when pp > 1 (``SearchSpace.schedules``; default: those
     Megatron-LM runs, 1f1b and interleaved; ``tuple(planner.schedules.SCHEDULES)``: all).
     ``stack``: the software stack every candidate runs under: the space keeps only what it can
     run (:func:`~planner.search.space.stack_space`) and each candidate gets its defaults for the
     fields the search does not set (``precision`` / ``cross_entropy`` None: the stack's, else
-    bf16 / fp32_copy). ``optimizer_offload`` / ``checkpoint_offload``: every candidate offloads
-    (:mod:`planner.costs.host_offload`; the layouts that cannot, ZeRO-0 or without full recompute,
-    are left out as illegal).
+    bf16 / fp32_copy). ``*_offload``: every candidate's (:mod:`planner.costs.host_offload`).
     """
     deadline = Deadline(time_budget_s)
     counts, batches, seqs = _check_arguments(method, gpus, global_batch, seq_len)
@@ -159,18 +156,9 @@ def search(
     if method == "exhaustive":
         ranked = run_exhaustive(evaluator, jobs, sizes or [], progress, deadline)
     else:
+        optuna_kw = {"storage": storage, "study": study, "workers": workers, "seed": seed}
         ranked = run_optuna(
-            evaluator,
-            jobs,
-            notes,
-            deadline,
-            progress,
-            sampler=sampler,
-            trials=trials,
-            storage=storage,
-            study=study,
-            workers=workers,
-            seed=seed,
+            evaluator, jobs, notes, deadline, progress, sampler=sampler, trials=trials, **optuna_kw
         )
     return _result(method, ranked, evaluator, jobs, start, sizes, notes, pareto)
 

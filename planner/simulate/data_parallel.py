@@ -31,25 +31,30 @@ class DataParallel:
     raw_step: float
 
 
-def param_tensors(model: ModelSpec, layout: Layout, stage_layers: float) -> float:
+def param_tensors(
+    model: ModelSpec, layout: Layout, stage_layers: float, bias: bool = False
+) -> float:
     """Parameter tensors a rank of ``stage_layers`` layers holds: each GEMM weight (a routed
     expert's own per local expert) and two norms per layer, at the model's mix of layer kinds,
-    plus the embedding, the output head and the final norm."""
+    plus the embedding, the output head and the final norm. ``bias``: every linear has a bias
+    and every norm one too (Megatron's GPT: a layer's 6 tensors become 12)."""
     total = per_layer = 0.0
     for layer, count in model.layer_kinds():
         g = flops.layer_flops(model, layout, Training(seq_len=1, global_batch=1), layer).gemms
         per_layer += count * (sum(x.count for x in g) + 2.0)
         total += count
-    return stage_layers * per_layer / max(total, 1.0) + 3.0
+    per_layer *= 2.0 if bias else 1.0
+    return stage_layers * per_layer / max(total, 1.0) + (4.0 if bias else 3.0)
 
 
 def stage_param_tensors(ctx: Context, stage_layers: float) -> float:
     """:func:`param_tensors` of ``ctx``'s layout for a rank of ``stage_layers`` layers, shared
     between the layouts of one search (it reads the model, the EP split and the layer count)."""
+    bias = ctx.training.linear_bias
     return shared_value(
         ctx,
-        ("param_tensors", ctx.layout.ep, stage_layers),
-        lambda: param_tensors(ctx.model, ctx.layout, stage_layers),
+        ("param_tensors", ctx.layout.ep, stage_layers, bias),
+        lambda: param_tensors(ctx.model, ctx.layout, stage_layers, bias),
     )
 
 

@@ -259,6 +259,13 @@ class Training(_Frozen):
         "ops per parameter tensor: the foreach traffic plus one host-issued op per step and "
         "tensor, Composer DecoupledAdamW)",
     )
+    linear_bias: bool = Field(
+        default=False,
+        description="the model code's linear layers carry bias vectors and its LayerNorms a "
+        "bias (Megatron-LM's GPT of 2019-2022, BLOOM's Megatron-DeepSpeed): twice the "
+        "parameter tensors each per-tensor collective (DeepSpeed 0.3 ZeRO-3) and per-tensor "
+        "optimizer handles; the biases' FLOPs and bytes are too small to count",
+    )
     optimizer_offload: bool = Field(
         default=False,
         description="ZeRO-Offload: the fp32 master weights and Adam moments live in host memory "

@@ -226,6 +226,10 @@ class StackSpec(Spec):
     dropout: bool = Field(
         default=False, description="hidden and attention dropout in the stack's GPT recipes"
     )
+    linear_bias: bool = Field(
+        default=False,
+        description="its model code's linears and LayerNorms carry biases (Training.linear_bias)",
+    )
     selective_recompute_modules: tuple[RecomputeModule, ...] = Field(
         default=("core_attn",),
         min_length=1,
