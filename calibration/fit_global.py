@@ -1,4 +1,4 @@
-"""Fit the three global in-training parameters on the public validation set, and report honestly.
+"""Fit the in-training parameters on the public validation set, and report honestly.
 
     python -m calibration.fit_global [calibration/validation/public.yaml] [--by source|stack]
 
@@ -6,7 +6,9 @@ Fits ``gemm.sustained_fraction`` (in-training throughput over microbenchmark thr
 ``comm.overlap_contention`` (share of overlapped communication that still costs compute) and
 ``host.op_us`` (host time to issue one framework op, which binds for dropless MoE) by
 minimising a robust (soft-L1) loss of the log error of tokens/s/GPU over every scored case (scipy least_squares),
-the same three numbers for every accelerator, framework and model. It prints a leave-one-source-out
+one sustained fraction per GPU generation (Ampere, Hopper, Blackwell: the sustained clocks under
+power limits differ by generation; a generation without public cases, CDNA3, takes their mean)
+and the same contention and host cost for every accelerator, framework and model. It prints a leave-one-source-out
 cross-validation (``--by stack``: leave-one-stack-out): each group is predicted with parameters
 fitted without it, which is the error to expect on unseen runs. The result goes to ``calibration/global_params.json``;
 ``python -m calibration.fit_public_profiles`` then writes it into every shipped profile.
@@ -23,6 +25,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 import planner
+from calibration.fit_public_profiles import GENERATION
 from planner.profile import CalibrationProfile
 from planner.validate import read_case_file, run_case
 
@@ -34,16 +37,30 @@ READS = ("calibration/validation/public.yaml", "calibration/profiles/*.json")
 SCHEMA = 2  # of the case files it reads
 # A prior, not a fit: overlapped communication cannot cost more than half its time; an eager
 # framework op costs the host between 0 and 200 us.
-BOUNDS = ([0.3, 0.0, 0.0], [1.0, 0.5, 200.0])
+# One sustained fraction per GPU generation with public cases, then contention and host op_us.
+FITTED_GENERATIONS = ("ampere", "hopper", "blackwell")
+N_SF = len(FITTED_GENERATIONS)
+BOUNDS = ([0.3] * N_SF + [0.0, 0.0], [1.0] * N_SF + [0.5, 200.0])
 # Robust loss in log space: a handful of runs the model cannot explain (e.g. 2021 ZeRO-3)
 # must not drag the two global numbers.
 LOSS, F_SCALE = "soft_l1", 0.15
 
 
+def _sf(x: np.ndarray, accel_id: str) -> float:
+    """The sustained fraction ``x`` gives ``accel_id``'s generation (a generation without
+    public cases: the mean of the fitted ones)."""
+    gen = GENERATION[accel_id]
+    if gen in FITTED_GENERATIONS:
+        return float(x[FITTED_GENERATIONS.index(gen)])
+    return float(np.mean(x[:N_SF]))
+
+
 def _with(profile: CalibrationProfile, x: np.ndarray) -> CalibrationProfile:
-    gemm = profile.gemm.model_copy(update={"sustained_fraction": float(x[0])})
-    comm = profile.comm.model_copy(update={"overlap_contention": float(x[1])})
-    return profile.model_copy(update={"gemm": gemm, "comm": comm}).with_host_op_us(float(x[2]))
+    gemm = profile.gemm.model_copy(update={"sustained_fraction": _sf(x, profile.accelerator)})
+    comm = profile.comm.model_copy(update={"overlap_contention": float(x[N_SF])})
+    return profile.model_copy(update={"gemm": gemm, "comm": comm}).with_host_op_us(
+        float(x[N_SF + 1])
+    )
 
 
 def _log_errors(cases: list[dict], x: np.ndarray) -> np.ndarray:
@@ -68,7 +85,7 @@ def _log_errors(cases: list[dict], x: np.ndarray) -> np.ndarray:
 
 def fit(cases: list[dict], x0: np.ndarray | None = None) -> np.ndarray:
     """Least-squares fit of (sustained_fraction, overlap_contention, host op_us) on ``cases``."""
-    x0 = np.array([0.8, 0.1, 20.0]) if x0 is None else x0
+    x0 = np.array([0.8] * N_SF + [0.1, 20.0]) if x0 is None else x0
     res = least_squares(
         lambda x: _log_errors(cases, x),
         x0,
@@ -106,22 +123,27 @@ def main(argv: list[str] | None = None) -> None:
     cases = [c for c in raw if c.get("scored", True)]
     x = fit(cases)
     err = _log_errors(cases, x)
+    sfs = ", ".join(f"{g} {v:.4f}" for g, v in zip(FITTED_GENERATIONS, x[:N_SF], strict=True))
     print(
-        f"fitted on {len(cases)} scored cases: sustained_fraction={x[0]:.4f} "
-        f"overlap_contention={x[1]:.4f} host_op_us={x[2]:.1f}; in-sample MAPE "
+        f"fitted on {len(cases)} scored cases: sustained_fraction {sfs}; "
+        f"overlap_contention={x[N_SF]:.4f} host_op_us={x[N_SF + 1]:.1f}; in-sample MAPE "
         f"{np.mean(np.abs(np.expm1(err))) * 100:.1f}%"
     )
     groups = defaultdict(list)
     for c in cases:
         groups[_group(c, by)].append(c)
-    print(f"\n{'held-out ' + by:60} {'n':>3} {'fit (sf, oc, op_us)':>21} {'MAPE %':>7}")
+    head = "sf a/h/b, oc, op_us"
+    print(f"\n{'held-out ' + by:60} {'n':>3} {head:>28} {'MAPE %':>7}")
     all_cv = []
     for name, held in groups.items():
         rest = [c for c in cases if _group(c, by) != name]
         xg = fit(rest, x)
         e = np.abs(np.expm1(_log_errors(held, xg))) * 100
         all_cv.extend(e)
-        print(f"{name:60} {len(held):3d} {xg[0]:6.3f},{xg[1]:6.3f},{xg[2]:6.1f} {np.mean(e):7.1f}")
+        sf = "/".join(f"{v:.3f}" for v in xg[:N_SF])
+        print(
+            f"{name:60} {len(held):3d} {sf} {xg[N_SF]:6.3f} {xg[N_SF + 1]:6.1f} {np.mean(e):7.1f}"
+        )
     print(
         f"\nleave-one-{by}-out MAPE over all cases: {np.mean(all_cv):.1f}% "
         f"(median {np.median(all_cv):.1f}%)"
@@ -129,9 +151,15 @@ def main(argv: list[str] | None = None) -> None:
     OUT.write_text(
         json.dumps(
             {
-                "sustained_fraction": round(float(x[0]), 4),
-                "overlap_contention": round(float(x[1]), 4),
-                "host_op_us": round(float(x[2]), 2),
+                "sustained_fraction": {
+                    **{
+                        g: round(float(v), 4)
+                        for g, v in zip(FITTED_GENERATIONS, x[:N_SF], strict=True)
+                    },
+                    "default": round(float(np.mean(x[:N_SF])), 4),
+                },
+                "overlap_contention": round(float(x[N_SF]), 4),
+                "host_op_us": round(float(x[N_SF + 1]), 2),
                 "fitted_on": str(path.name),
                 "n_cases": len(cases),
             },

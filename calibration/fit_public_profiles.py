@@ -19,8 +19,8 @@ their sources so the fit is reproducible from this repository alone. No validati
   hierarchical overlap fitted to the 4-node B200 all-reduce (4 GiB: 22.05 ms, 1 node 740.64
   GB/s busbw); NCCL base latency 8.4 us (tuning.cc baseLat Ring/Simple); on A100 the
   nccl-tests all_reduce busbw over message size (32 KiB to 16 GiB), the in-domain size curve.
-* In-training parameters (sustained_fraction, overlap_contention, host op_us): the three
-  global numbers fitted by calibration/fit_global.py on the public validation set (see docs/validation.md).
+* In-training parameters (sustained_fraction per GPU generation, overlap_contention, host
+  op_us): fitted by calibration/fit_global.py on the public validation set (docs/validation.md).
 * Memory-bound kernels: 0.85 of HBM peak, the low end of the 85-92% streaming ceiling noted in
   hardware.md B8 (weakly sourced; replaced by measurement in `planner calibrate`).
 """
@@ -80,6 +80,21 @@ FAMILY = {
     "b300": "b300",
     "gb300": "gb200",
     "mi300x": "mi300x",
+}
+# the GPU generation whose in-training sustained fraction each accelerator takes
+# (calibration/fit_global.py fits one per generation with public cases; the others take their mean)
+GENERATION = {
+    "a100-sxm4-40gb": "ampere",
+    "a100-sxm4-80gb": "ampere",
+    "h100-sxm5-80gb": "hopper",
+    "h100-sxm5-96gb": "hopper",
+    "h800-sxm-80gb": "hopper",
+    "h200-sxm-141gb": "hopper",
+    "b200": "blackwell",
+    "gb200": "blackwell",
+    "b300": "blackwell",
+    "gb300": "blackwell",
+    "mi300x": "cdna3",
 }
 # FlashAttention-2, A100 80GB, causal, head_dim 128, TFLOP/s (hardware.md B7)
 FA2_SEQ = np.array([512, 1024, 2048, 4096, 8192, 16384], dtype=float)
@@ -238,7 +253,7 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
             eta_max={k: round(v, 4) for k, v in eta.items()},
             dim_half=DIM_HALF,
             fixed_us=GEMM_FIXED_US,
-            sustained_fraction=glob["sustained_fraction"],
+            sustained_fraction=sustained_fraction(glob, accel_id),
         ),
         attention=AttentionEfficiency(
             eta_max_fwd=round(min(ef, 1.0), 4),
@@ -265,7 +280,15 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
 GLOBAL_PARAMS = Path(__file__).resolve().parent / "global_params.json"
 
 
-def global_params() -> dict[str, float]:
+def sustained_fraction(glob: dict, accel_id: str) -> float:
+    """The fitted sustained fraction of ``accel_id``'s generation (one number: every one)."""
+    sf = glob["sustained_fraction"]
+    if isinstance(sf, dict):
+        return float(sf.get(GENERATION[accel_id], sf["default"]))
+    return float(sf)
+
+
+def global_params() -> dict:
     """In-training parameters fitted by calibration/fit_global.py (1.0 / 0.0 before a fit)."""
     if GLOBAL_PARAMS.is_file():
         data = json.loads(GLOBAL_PARAMS.read_text())
