@@ -276,16 +276,21 @@ def offload_without_recompute(c: Candidate) -> Found | None:
     return None
 
 
+def _no_host_link(c: Candidate, field: str, off: str) -> Found | None:
+    """``training.<field>`` moves data to host memory: refused when the accelerator's spec
+    gives no host link bandwidth (``off``: the value that turns the offload off)."""
+    if c.cluster.accelerator.host_link_gb_per_s is not None:
+        return None
+    return (
+        f"training.{field}",
+        f"{c.cluster.accelerator.name} has no host link bandwidth in its spec (host_link_gb_per_s)",
+        f"{field} {off}, or a spec with host_link_gb_per_s",
+    )
+
+
 @_rule("offload_needs_host_link", "offload_layers")
 def offload_needs_host_link(c: Candidate) -> Found | None:
-    if c.training.offload_layers and c.cluster.accelerator.host_link_gb_per_s is None:
-        return (
-            "training.offload_layers",
-            f"{c.cluster.accelerator.name} has no host link bandwidth in its spec "
-            "(host_link_gb_per_s)",
-            "offload_layers 0, or a spec with host_link_gb_per_s",
-        )
-    return None
+    return _no_host_link(c, "offload_layers", "0") if c.training.offload_layers else None
 
 
 # Host-memory offload as DeepSpeed runs it (deepspeed/runtime/zero/config.py offload_optimizer:
@@ -310,13 +315,8 @@ def optimizer_offload_needs_zero(c: Candidate) -> Found | None:
 def optimizer_offload_needs_host(c: Candidate) -> Found | None:
     if not c.training.optimizer_offload:
         return None
-    if c.cluster.accelerator.host_link_gb_per_s is None:
-        return (
-            "training.optimizer_offload",
-            f"{c.cluster.accelerator.name} has no host link bandwidth in its spec "
-            "(host_link_gb_per_s)",
-            "optimizer_offload off, or a spec with host_link_gb_per_s",
-        )
+    if (found := _no_host_link(c, "optimizer_offload", "off")) is not None:
+        return found
     if c.cluster.spec.host_memory_bandwidth_gb_per_s is None:
         return (
             "training.optimizer_offload",
@@ -345,14 +345,7 @@ def checkpoint_offload_needs_full_recompute(c: Candidate) -> Found | None:
             f"checkpoint offload with pp={c.layout.pp}: costed without pipeline parallelism only",
             "pp 1, or checkpoint_offload off",
         )
-    if c.cluster.accelerator.host_link_gb_per_s is None:
-        return (
-            "training.checkpoint_offload",
-            f"{c.cluster.accelerator.name} has no host link bandwidth in its spec "
-            "(host_link_gb_per_s)",
-            "checkpoint_offload off, or a spec with host_link_gb_per_s",
-        )
-    return None
+    return _no_host_link(c, "checkpoint_offload", "off")
 
 
 RULES: tuple[Rule, ...] = (

@@ -135,7 +135,7 @@ def search(
     ``stack``: the software stack every candidate runs under: the space keeps only what it can
     run (:func:`~planner.search.space.stack_space`) and each candidate gets its defaults for the
     fields the search does not set (``precision`` / ``cross_entropy`` None: the stack's, else
-    bf16 / fp32_copy). ``*_offload``: every candidate's (:mod:`planner.costs.host_offload`).
+    bf16 / fp32_copy). ``optimizer_offload``, ``checkpoint_offload``: set on every candidate.
     """
     deadline = Deadline(time_budget_s)
     counts, batches, seqs = _check_arguments(method, gpus, global_batch, seq_len)

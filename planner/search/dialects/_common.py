@@ -120,28 +120,20 @@ def not_expressed(layout: Layout, training: Training, reasons: dict[str, str]) -
     return out
 
 
-def host_offload_statements(
-    training: Training, framework: str, optimizer: bool = False, checkpoints: bool = False
-) -> list[str]:
-    """Statements for the host-memory offloads ``training`` asks for and ``framework``'s
-    export cannot write (``optimizer`` / ``checkpoints`` True: this export writes that one)."""
-    out = []
-    if training.optimizer_offload and not optimizer:
-        out.append(
-            f"training.optimizer_offload = True: {NOT_EXPRESSED} (this {framework} export "
-            "writes no optimizer offload; DeepSpeed's offload_optimizer is what the planner costs)"
-        )
-    if training.checkpoint_offload and not checkpoints:
-        out.append(
-            f"training.checkpoint_offload = True: {NOT_EXPRESSED} (this {framework} export "
-            "writes no checkpoint offload; DeepSpeed's cpu_checkpointing is what the planner costs)"
-        )
-    return out
+def host_offload_reasons(framework: str) -> dict[str, str]:
+    """:func:`not_expressed` reasons for the host-memory offloads, in an export of
+    ``framework`` that writes neither (the DeepSpeed dialects write them)."""
+    return {
+        "optimizer_offload": f"this {framework} export writes no optimizer offload; DeepSpeed's "
+        "offload_optimizer is what the planner costs",
+        "checkpoint_offload": f"this {framework} export writes no checkpoint offload; DeepSpeed's "
+        "cpu_checkpointing is what the planner costs",
+    }
 
 
 __all__ = [
     "NOT_EXPRESSED",
-    "host_offload_statements",
+    "host_offload_reasons",
     "PipelineSplit",
     "by_hand_note",
     "field_value",

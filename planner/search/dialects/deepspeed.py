@@ -29,7 +29,7 @@ from typing import Any
 from planner.search.dialects._common import (
     NOT_EXPRESSED,
     grad_accumulation_steps,
-    host_offload_statements,
+    host_offload_reasons,
     not_expressed,
 )
 from planner.specs.layout import Layout, Training
@@ -50,6 +50,9 @@ STANDALONE_REASONS = {
     "offload_layers": "activation offload is not a DeepSpeed key (offload_optimizer / "
     "offload_param move optimizer states / parameters)",
     "cross_entropy": "the loss kernel is the model code's",
+    # transformers' gradient checkpointing is torch.utils.checkpoint: cpu_checkpointing belongs to
+    # DeepSpeed's own activation-checkpointing API, which only Megatron-DeepSpeed calls
+    "checkpoint_offload": host_offload_reasons("DeepSpeed (transformers)")["checkpoint_offload"],
 }
 
 
@@ -117,11 +120,6 @@ def deepspeed_json(
                 "config; bf16 shown)"
             )
     notes += _recompute_notes(training, with_megatron)
-    # transformers' gradient checkpointing is torch.utils.checkpoint: cpu_checkpointing is
-    # DeepSpeed's own activation-checkpointing API, which only Megatron-DeepSpeed calls
-    notes += host_offload_statements(
-        training, "DeepSpeed (transformers)", optimizer=True, checkpoints=with_megatron
-    )
     cfg: dict[str, Any] = {
         "planner_notes": notes,
         "train_batch_size": training.global_batch,

@@ -54,7 +54,7 @@ from planner.schedules import schedule_of
 from planner.search.dialects._common import (
     NOT_EXPRESSED,
     by_hand_note,
-    host_offload_statements,
+    host_offload_reasons,
     not_expressed,
     pipeline_split,
 )
@@ -176,9 +176,9 @@ def _core_rows(model: ModelSpec, layout: Layout, training: Training) -> tuple[li
     notes += not_expressed(
         layout,
         training,
-        {"pp_scatter_gather": "Megatron-Core sends whole activations between stages"},
+        {"pp_scatter_gather": "Megatron-Core sends whole activations between stages"}
+        | host_offload_reasons("Megatron-Core recipe"),
     )
-    notes += host_offload_statements(training, "Megatron-Core recipe")
     return rows, notes + recompute_notes
 
 

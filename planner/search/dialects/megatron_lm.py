@@ -18,7 +18,12 @@ True
 from __future__ import annotations
 
 from planner.schedules import schedule_of
-from planner.search.dialects._common import NOT_EXPRESSED, host_offload_statements, pipeline_split
+from planner.search.dialects._common import (
+    NOT_EXPRESSED,
+    host_offload_reasons,
+    not_expressed,
+    pipeline_split,
+)
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -141,7 +146,8 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
             "default, off with --no-scatter-gather-tensors-in-pipeline; the argument was removed "
             "from Megatron-LM in 10e7b74597)"
         )
-    lines += [f"# {n}" for n in host_offload_statements(training, "Megatron-LM")]
+    offloads = not_expressed(layout, training, host_offload_reasons("Megatron-LM"))
+    lines += [f"# {n}" for n in offloads]
     if layout.overlap_dp_grad_reduce:
         lines.append("--overlap-grad-reduce")
         if layout.zero >= 1 and (layout.zero < 3 or layout.overlap_zero3_param_gather):
