@@ -11,8 +11,9 @@ their sources so the fit is reproducible from this repository alone. No validati
 * Attention: FlashAttention-2 on A100 (Dao 2023, arXiv 2307.08691, Figs. 4-6), causal, d=128,
   fwd and bwd TFLOP/s over sequence length: eta_max and seq_half fitted by least squares
   (scipy.optimize.curve_fit). Hopper uses FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608)
-  16k figures with the A100 seq_half; Blackwell scales Hopper by the measured FA4-on-B200 over
-  FA3-on-H200 attention speed-up (1.88x at 8k, ml-engineering insights/when-to-upgrade-gpus).
+  16k figures with the A100 seq_half, and cuDNN's own column of the same figures for the
+  cuDNN kernel Transformer Engine runs (``attention_cudnn``, Hopper only); Blackwell scales
+  Hopper by the measured FA4-on-B200 over FA3-on-H200 attention speed-up (1.88x at 8k, ml-engineering insights/when-to-upgrade-gpus).
 * Collectives: ring all-reduce busbw at 16 GiB / NVLink spec (ml-engineering network/README.md:
   A100 234.89 of 300, H200 ring 367.2 of 450, B200 ring-only 682.2 of 900, MI300X 312.9 of 448);
   NIC efficiency 47/50 from the NVIDIA maintainer's "46-48 GB/s per NDR NIC" (nccl-tests #290);
@@ -105,6 +106,9 @@ A100_PEAK = 312.0
 FA3_FWD_16K, FA3_BWD_16K, H100_PEAK = 616.0, 561.0, 989.0
 # FlashAttention-2 on H100 (FA3 paper baseline column): fwd causal d128 335, bwd d128 322 at 16k
 FA2_H100_FWD_16K, FA2_H100_BWD_16K = 335.0, 322.0
+# cuDNN 9.1.1 fused attention on H100 (FA3 paper cuDNN column, the kernel Transformer Engine
+# runs): fwd causal d128 539, bwd d128 516 TFLOP/s at 16k (FA3: 616 / 561)
+CUDNN_H100_FWD_16K, CUDNN_H100_BWD_16K = 539.0, 516.0
 BLACKWELL_ATTN_SPEEDUP = 1.88  # FA4 on B200 / FA3 on H200, attention fwd+bwd at 8k
 # A100 SXM 8-GPU node, nccl-tests all_reduce_perf busbw (GB/s) over message size
 # (ml-engineering network/README.md "Real network throughput"; hardware.md B4): the measured
@@ -236,6 +240,19 @@ def _flash2_attention(accel: AcceleratorSpec, fam: str, half: float) -> Attentio
     )
 
 
+def _cudnn_attention(fam: str, half: float) -> AttentionEfficiency | None:
+    """cuDNN fused attention on Hopper, from its own column of the FlashAttention-3 paper
+    (None elsewhere: no public cuDNN figure apart from the best kernel; the fused curve)."""
+    if fam not in ("h100", "h200"):
+        return None
+    sat16k = 16384 / (16384 + half)
+    return AttentionEfficiency(
+        eta_max_fwd=round(CUDNN_H100_FWD_16K / H100_PEAK / sat16k, 4),
+        eta_max_bwd=round(CUDNN_H100_BWD_16K / H100_PEAK / sat16k, 4),
+        seq_half=round(half, 1),
+    )
+
+
 def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: float) -> dict:
     """The calibration profile of ``accel_id`` (as a dict) from the public figures, the
     attention fit ``attn`` (eta_fwd, eta_bwd, seq_half) and the hierarchical overlap."""
@@ -261,6 +278,7 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
             seq_half=round(half, 1),
         ),
         attention_flash2=_flash2_attention(accel, fam, half),
+        attention_cudnn=_cudnn_attention(fam, half),
         memory=MemoryEfficiency(eta_hbm=ETA_HBM, fixed_us=MEM_FIXED_US),
         comm=CommEfficiency(
             scale_up_eta=round(SCALE_UP_ETA[fam], 4),

@@ -197,6 +197,11 @@ class CalibrationProfile(_Frozen):
     attention_flash2: AttentionEfficiency | None = Field(
         default=None, description="FlashAttention-2 (architecture-generic kernel); None: as fused"
     )
+    attention_cudnn: AttentionEfficiency | None = Field(
+        default=None,
+        description="cuDNN fused attention (Transformer Engine's kernel) where it was measured "
+        "apart from FlashAttention-3; None: as fused",
+    )
     memory: MemoryEfficiency
     comm: CommEfficiency
     host: HostOverhead = Field(default_factory=HostOverhead)

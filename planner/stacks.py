@@ -56,7 +56,7 @@ STACK_TRAINING_FIELDS = (
 
 # the stack's attention implementation as the planner's attention-kernel model
 ATTENTION_KERNEL: dict[AttentionImpl, str] = {
-    "cudnn_fused": "fused",
+    "cudnn_fused": "cudnn",
     "flash3": "fused",
     "flash2": "flash2",
     "sdpa_flash": "flash2",  # SDPA's flash backend runs FlashAttention-2 kernels

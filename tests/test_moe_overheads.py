@@ -273,8 +273,13 @@ def test_head_dim_factor_is_one_at_128_and_lower_for_small_heads():
     # FlashAttention-3 on H100: d=64 runs at 0.77 (fwd) and 0.85 (bwd) of d=128
     assert compute.head_dim_factor(64, fwd) == pytest.approx(473 / 616, abs=0.01)
     assert compute.head_dim_factor(64, bwd) == pytest.approx(474 / 561, abs=0.01)
-    assert compute.head_dim_factor(1024, fwd) == compute.ATTN_DIM_FACTOR_MAX
+    assert compute.head_dim_factor(1024, fwd) == 1.2
+    assert compute.head_dim_factor(1024, fwd, compute.ATTN_DIM_FACTOR_MAX["cudnn"]) == 1.0
     assert compute.head_dim_factor(64, 0.0) == 1.0
+    # cuDNN 9.1.1 on H100 (same paper): d=64 at 0.72 (fwd) and 0.84 (bwd) of d=128
+    c_fwd, c_bwd = compute.ATTN_DIM_HALF["cudnn"]
+    assert compute.head_dim_factor(64, c_fwd) == pytest.approx(388 / 539, abs=0.01)
+    assert compute.head_dim_factor(64, c_bwd) == pytest.approx(433 / 516, abs=0.01)
 
 
 def test_small_heads_make_attention_slower_per_flop(h100):

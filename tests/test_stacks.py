@@ -296,3 +296,30 @@ def stack_layout_default(stack, layout) -> bool:  # noqa: ANN001
     from planner.stacks import layout_defaults
 
     return layout_defaults(stack, layout)["zero3_reshard_after_forward"]
+
+
+# ------------------------------------------------------------------ cuDNN vs FlashAttention-3
+
+
+@pytest.mark.parametrize("stack", ["megatron-core", "nemo", "megatron-bridge"])
+def test_transformer_engine_stacks_run_cudnn_attention(stack: str) -> None:
+    _, training = apply_stack(planner.load_stack(stack), MODEL, Layout(tp=1, dp=8), TRAIN)
+    assert training.attention_kernel == "cudnn"
+
+
+def test_cudnn_attention_is_slower_than_flashattention_3_on_hopper_only() -> None:
+    from planner.costs import compute
+
+    def seconds(cluster: str, kernel: str) -> tuple[float, float]:
+        accel = planner.load_cluster(cluster).accelerator
+        prof = planner.default_profile(planner.load_cluster(cluster))
+        dev = compute.make_device(accel, prof, "bf16", kernel)
+        return compute.attention_time_s(1e12, 16384, dev, head_dim=128)
+
+    fa3, cudnn = seconds("dgx-h100", "fused"), seconds("dgx-h100", "cudnn")
+    # FA3 paper at 16k, causal d=128: forward 616 vs 539, backward 561 vs 516 TFLOP/s
+    assert cudnn[0] / fa3[0] == pytest.approx(616 / 539, rel=1e-3)
+    assert cudnn[1] / fa3[1] == pytest.approx(561 / 516, rel=1e-3)
+    # no cuDNN figure apart from the best kernel on A100 or Blackwell: the fused curve
+    for cluster in ("dgx-a100-80gb", "dgx-b200"):
+        assert seconds(cluster, "cudnn") == seconds(cluster, "fused")

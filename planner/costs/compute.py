@@ -11,7 +11,7 @@ from planner.costs.elementwise import ElementwiseWork
 from planner.costs.flops import Gemm
 from planner.costs.host import host_op_factor
 from planner.costs.waves import wave_utilization
-from planner.profile import CalibrationProfile
+from planner.profile import AttentionEfficiency, CalibrationProfile
 from planner.specs.hardware import AcceleratorSpec
 
 
@@ -35,6 +35,7 @@ class Device:
     attn_seq_half: float
     attn_dim_half_fwd: float  # head-dimension saturation of the fused kernel (see below)
     attn_dim_half_bwd: float
+    attn_dim_factor_max: float  # the head-dimension gain's cap (relative to d = 128)
     gemm_in_bytes: float  # bytes per GEMM input element (1 for fp8)
     act_bytes: float  # bytes per activation / GEMM output element
     host_op_s: float = 0.0  # host time to issue one framework op (0: host never binds)
@@ -45,11 +46,26 @@ class Device:
 # eta(d) ~ d / (d + d_half), normalised to d = 128 where the profile's curve is fitted.
 # FlashAttention-3 on H100 at 16k (arXiv 2407.08608, shared/reference/hardware.md B7): causal fwd
 # 473 TFLOP/s at d=64 vs 616 at d=128 (0.77), bwd 474 vs 561 (0.85) -> d_half 55 and 29.
+# cuDNN 9.1.1 in the same figures: causal fwd 388 vs 539 (0.72), bwd 433 vs 516 (0.84) -> d_half
+# 82 and 30; d = 256 is no faster than d = 128 (causal fwd 509 vs 539): capped at 1.
 # FlashAttention-2 on A100 (arXiv 2307.08691 Figs. 4-6): causal bwd 166 vs 186 (0.89) -> d_half
 # 18; its causal forward is no slower at d=64 (185 vs 148), so no forward penalty.
-ATTN_DIM_HALF = {"fused": (55.0, 29.0), "flash2": (0.0, 18.0), "unfused": (0.0, 0.0)}
+ATTN_DIM_HALF = {
+    "fused": (55.0, 29.0),
+    "cudnn": (82.0, 30.0),
+    "flash2": (0.0, 18.0),
+    "unfused": (0.0, 0.0),
+}
 ATTN_REF_HEAD_DIM = 128.0
-ATTN_DIM_FACTOR_MAX = 1.2  # d = 256 is measured at most ~1.2x d = 128 (FA3 fwd, no causal)
+# d = 256 over d = 128: FA3 fwd (no causal) measures ~1.2x (756 vs 648); cuDNN does not gain
+ATTN_DIM_FACTOR_MAX = {"fused": 1.2, "cudnn": 1.0, "flash2": 1.2, "unfused": 1.2}
+
+
+def attention_efficiency(profile: CalibrationProfile, attention_kernel: str) -> AttentionEfficiency:
+    """The profile's curve for a kernel: FlashAttention-2 and cuDNN where the profile has
+    them apart, else its fused (best-kernel) curve."""
+    own = {"flash2": profile.attention_flash2, "cudnn": profile.attention_cudnn}
+    return own.get(attention_kernel) or profile.attention
 
 
 def make_device(
@@ -66,9 +82,7 @@ def make_device(
     bf16_peak = accel.peak_flops_per_s(work)
     gemm_peak = accel.peak_flops_per_s(precision)
     peak_bw = accel.hbm_bandwidth_tb_per_s * 1e12
-    attn = profile.attention
-    if attention_kernel == "flash2" and profile.attention_flash2 is not None:
-        attn = profile.attention_flash2
+    attn = attention_efficiency(profile, attention_kernel)
     return Device(
         gemm_peak_flops=gemm_peak,
         bf16_peak_flops=bf16_peak,
@@ -87,6 +101,7 @@ def make_device(
         attn_seq_half=attn.seq_half,
         attn_dim_half_fwd=ATTN_DIM_HALF[attention_kernel][0],
         attn_dim_half_bwd=ATTN_DIM_HALF[attention_kernel][1],
+        attn_dim_factor_max=ATTN_DIM_FACTOR_MAX[attention_kernel],
         gemm_in_bytes={"fp8": 1.0, "fp32": 4.0}.get(precision, 2.0),
         act_bytes=4.0 if precision == "fp32" else 2.0,
         host_op_s=profile.host.op_us * 1e-6 * host_op_factor(execution),
@@ -136,12 +151,12 @@ def gemms_time_s(
     return fwd, bwd
 
 
-def head_dim_factor(head_dim: float, dim_half: float) -> float:
-    """Fused-attention efficiency at ``head_dim`` relative to d = 128 (capped above)."""
+def head_dim_factor(head_dim: float, dim_half: float, cap: float = 1.2) -> float:
+    """Fused-attention efficiency at ``head_dim`` relative to d = 128 (at most ``cap``)."""
     if dim_half <= 0:
-        return 1.0
+        return min(1.0, cap)
     ref = ATTN_REF_HEAD_DIM / (ATTN_REF_HEAD_DIM + dim_half)
-    return min(ATTN_DIM_FACTOR_MAX, head_dim / (head_dim + dim_half) / ref)
+    return min(cap, head_dim / (head_dim + dim_half) / ref)
 
 
 def attention_time_s(
@@ -161,8 +176,8 @@ def attention_time_s(
     if hw_fwd_flops <= 0:
         return 0.0, 0.0
     sat = seq_len / (seq_len + dev.attn_seq_half)
-    f_fwd = head_dim_factor(head_dim, dev.attn_dim_half_fwd)
-    f_bwd = head_dim_factor(head_dim, dev.attn_dim_half_bwd)
+    f_fwd = head_dim_factor(head_dim, dev.attn_dim_half_fwd, dev.attn_dim_factor_max)
+    f_bwd = head_dim_factor(head_dim, dev.attn_dim_half_bwd, dev.attn_dim_factor_max)
     fwd = hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_fwd * sat * f_fwd)
     bwd = bwd_factor * hw_fwd_flops / (dev.bf16_peak_flops * dev.attn_eta_bwd * sat * f_bwd)
     return fwd, bwd

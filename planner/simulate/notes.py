@@ -17,6 +17,7 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
     """Modelling assumptions that apply to this run, printed with the report."""
     kernel = {
         "fused": "fused (flash) attention",
+        "cudnn": "cuDNN fused attention",
         "flash2": "FlashAttention-2",
         "unfused": "unfused attention (materialised scores)",
     }[training.attention_kernel]

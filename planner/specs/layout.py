@@ -24,7 +24,7 @@ Recompute = Literal["none", "selective", "full"]
 TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
 # pipeline schedules: planner/schedules/ (one object each; docs/model.md, Pipeline)
 Schedule = Literal["1f1b", "interleaved", "zb-h1", "zb-h2", "interleaved-zb", "zbv", "dualpipev"]
-AttentionKernel = Literal["fused", "flash2", "unfused"]
+AttentionKernel = Literal["fused", "cudnn", "flash2", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 # How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
 CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax", "compiled"]
@@ -200,9 +200,11 @@ class Training(_Frozen):
         "weights; fp32: no tensor-core reduced precision)",
     )
     attention_kernel: AttentionKernel = Field(
-        default="fused",
-        description="fused: the accelerator's best fused kernel (cuDNN / FlashAttention-3 on "
-        "Hopper); flash2: FlashAttention-2; unfused: materialised scores + softmax kernels",
+        default="cudnn",
+        description="fused: the accelerator's best fused kernel (FlashAttention-3 on Hopper); "
+        "cudnn: cuDNN fused attention (Transformer Engine; as fused where the profile has no "
+        "cuDNN figures); flash2: FlashAttention-2; unfused: materialised scores + softmax "
+        "kernels",
     )
     dropout: bool = Field(default=False, description="hidden and attention dropout (GPT-3 era)")
     grad_reduce_dtype: GradDtype = Field(

@@ -43,7 +43,7 @@ from planner.specs.layout import (
 )
 
 AttentionImpl = Literal[
-    "cudnn_fused",  # Transformer Engine's cuDNN fused attention (FlashAttention-3 class on Hopper)
+    "cudnn_fused",  # Transformer Engine's cuDNN fused attention (cuDNN figures where measured)
     "flash3",  # FlashAttention-3 (Shah et al. 2024)
     "flash2",  # FlashAttention-2 (Dao 2023)
     "sdpa_flash",  # torch.nn.functional.scaled_dot_product_attention, flash backend (FA2 kernels)
