@@ -17,11 +17,13 @@ import numpy as np
 from pydantic import ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
+from planner.legality import check_layout
 from planner.resources import cases_path
 from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
+from planner.specs.layout import Layout, Training
 from planner.specs.loading import read_yaml_file
-from planner.stacks import applied_violation
+from planner.stacks import applied_violation, apply_stack
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
 from planner.validate.inputs import CaseInputs, case_inputs
@@ -92,6 +94,7 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
             raise violation
         notes.append(f"{' '.join(str(violation).split())}: costed as the case states it")
     rep = None  # the stated inputs' report, where no tuned one replaces it
+    costed = (i.layout, i.training)  # the inputs behind ``rep``
     if i.unstated:
         try:
             tuned = tuned_prediction(
@@ -124,12 +127,60 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
                     f"not stated, tuned: {picked}, the fastest of {tuned.settings} settings "
                     f"that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
                 )
-            rep = tuned.report
+            rep, costed = tuned.report, (tuned.layout, tuned.training)
     if rep is None:
         rep = simulate_step(
             i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
         )
+    if not rep.fits and not isinstance(case, CaseV2):
+        rep = _offloaded(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
     return _case_result(out, case, rep, notes, i.memory_kind)
+
+
+def _offloaded(
+    rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
+) -> Any:
+    """A schema 1 case cannot state activation offload (Megatron-Core's
+    ``--cpu-offloading-num-layers``, which the GB200 recipes use): where its stated inputs do
+    not fit, the fewest offloaded layers that make them fit, if any (pp 1, no recompute, a
+    host link: :mod:`planner.legality`), with a note; else ``rep`` unchanged."""
+    if layout.pp > 1 or training.recompute != "none" or training.offload_layers:
+
+        def legal(_: int) -> bool:
+            return False
+    else:
+
+        def legal(n: int) -> bool:
+            try:
+                check_layout(i.model, i.cluster, layout, training.with_changes(offload_layers=n))
+            except PlannerError:
+                return False
+            return True
+
+    def run(n: int) -> Any:
+        return simulate_step(
+            i.model,
+            i.cluster,
+            layout,
+            training.with_changes(offload_layers=n),
+            profile,
+            stack=i.stack,
+            enforce_stack=False,
+        )
+
+    top = i.model.layers - 1
+    if top < 1 or not legal(top) or not run(top).fits:
+        return rep
+    lo, hi = 0, top  # memory falls as layers leave: the fewest that fit, by bisection
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if run(mid).fits else (mid, hi)
+    notes.append(
+        f"stated inputs need {rep.peak_memory_gib:.1f} GiB of {rep.usable_memory_gib:.1f}: "
+        f"schema 1 cannot state activation offload; costed with the fewest offloaded layers "
+        f"that fit ({hi})"
+    )
+    return run(hi)
 
 
 def _case_result(

@@ -302,3 +302,53 @@ def test_the_schema_knobs_are_the_tunable_ones():
     from planner.validate.cases import Knob
 
     assert get_args(Knob) == UNKNOWABLE
+
+
+# ------------------------------------------------------------------ activation offload (schema 1)
+
+
+def _no_fit_without_offload(schema: int) -> dict:
+    """Llama 3.1 70B, FSDP over 64 GB200 at micro-batch 2 x 8192 with no recompute: the GB200
+    FP8 recipe shape, whose activations fit only with layers offloaded to host memory."""
+    make = _v1 if schema == 1 else _v2
+    return make(
+        "llama3.1-70b",
+        cluster="gb200-nvl72",
+        num_gpus=64,
+        framework="megatron-bridge",
+        layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3},
+        training={"global_batch": 256, "micro_batch": 2, "recompute": "none", "precision": "fp8"},
+    )
+
+
+def test_schema_1_offloads_the_fewest_layers_that_fit() -> None:
+    v1 = run_case(_no_fit_without_offload(1), planner.default_profile, 1)
+    assert v1["status"] == "ok", v1["reason"]
+    assert "schema 1 cannot state activation offload" in v1["reason"]
+    n = int(v1["reason"].rsplit("(", 1)[1].rstrip(")"))
+    assert 0 < n < 80
+    assert v1["predicted_peak_memory_gib"] <= 184.0
+    # one layer fewer does not fit: the fewest
+    inputs = case_inputs(parse_case(_no_fit_without_offload(1), 1))
+    lay, tr = apply_stack(inputs.stack, inputs.model, inputs.layout, inputs.training)
+    fewer = planner.simulate(
+        inputs.model, inputs.cluster, lay, tr.with_changes(offload_layers=n - 1), stack=inputs.stack
+    )
+    assert not fewer.fits
+
+
+def test_schema_2_states_offload_so_it_is_never_guessed() -> None:
+    v2 = run_case(_no_fit_without_offload(2), planner.default_profile, 2)
+    assert v2["status"] == "infeasible"
+    assert "offload" not in v2["reason"]
+
+
+def test_schema_1_offload_needs_a_legal_layout() -> None:
+    # full recompute cannot be combined with offload (Megatron-Core): stays infeasible
+    raw = _no_fit_without_offload(1)
+    raw["layout"] = {"tp": 1, "pp": 1, "dp": 64, "zero": 0}
+    raw["training"] = {**raw["training"], "global_batch": 1024, "micro_batch": 16}
+    raw["training"]["recompute"] = "full"
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "infeasible"
+    assert "schema 1 cannot state activation offload" not in row["reason"]
