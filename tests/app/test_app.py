@@ -100,6 +100,19 @@ def test_estimate_shows_numbers_and_charts() -> None:
     assert {y for trace in gantt["data"] for y in trace["y"]} == {"stage 1"}
 
 
+def test_estimate_details_are_drawn_when_opened() -> None:
+    at = _app()
+    _ok(at)
+    assert not at.table  # collapsed: not drawn (a browser widget change costs it otherwise)
+    at.session_state["est_details_open"] = True
+    at.run()
+    _ok(at)
+    (table,) = at.table
+    assert "placement" in table.value.columns
+    assert any("GFLOP" in m.value for m in at.markdown)
+    assert any(cap.value.startswith("MFU = model FLOPs") for cap in at.caption)
+
+
 def test_estimate_tp_and_gpus_change_tokens_per_s() -> None:
     at = _app()
     base = _metric(at, "Tokens/s")

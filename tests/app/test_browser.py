@@ -295,6 +295,7 @@ def test_estimate_picks_model_and_cluster(
         )
     main = page.get_by_test_id("stMain")
     sync_api.expect(main).to_contain_text("H200")
+    open_expander(page, "Details")  # drawn only when open: names the model and the cluster
     sync_api.expect(main).to_contain_text("llama2-13b")
     sync_api.expect(page.get_by_test_id("stMetricLabel").filter(has_text="MFU")).to_be_visible()
     assert metric_value(page, "MFU").endswith("%")
