@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from planner.costs.memory import OPTIMIZER_BYTES, WEIGHT_BYTES
+from planner.costs.memory import WEIGHT_BYTES, optimizer_state_bytes
 from planner.errors import PlannerError
 from planner.report import StepReport
 from planner.specs.hardware import Cluster
@@ -118,10 +118,10 @@ def checkpoint_params(model: ModelSpec) -> int:
 def checkpoint_bytes_per_param(training: Training) -> float:
     """Bytes per parameter of a full (resumable) checkpoint: 2 B compute-dtype weights + 12 B
     fp32 master weights and Adam moments = 14; fp32 training keeps no separate master copy:
-    4 + 8 = 12 (as planner/costs/memory.py's state_bytes)."""
-    if training.precision == "fp32":
-        return 12.0
-    return float(WEIGHT_BYTES + OPTIMIZER_BYTES)
+    4 + 8 = 12; reduced optimizer states as they are held (planner/costs/memory.py
+    optimizer_state_bytes)."""
+    weights = 4.0 if training.precision == "fp32" else float(WEIGHT_BYTES)
+    return weights + optimizer_state_bytes(training)
 
 
 def checkpoint_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:

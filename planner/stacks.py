@@ -215,6 +215,13 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
             "recompute " + " / ".join(c.recompute),
         ),
         ("training.precision", training.precision == "fp8" and not c.fp8, "fp8", "bf16, fp16"),
+        (
+            "training.optimizer_states",
+            training.optimizer_states != "fp32" and not c.reduced_optimizer_states,
+            f"optimizer_states {training.optimizer_states}",
+            "optimizer_states fp32, or a stack with capabilities.reduced_optimizer_states "
+            "(megatron-core, megatron-bridge, nemo)",
+        ),
         *(
             (
                 f"training.{name}",

@@ -183,7 +183,7 @@ def logits_loss_bytes(
     return tokens * model.vocab / layout.tp * per_logit
 
 
-def adam_bytes_per_param(kernel: str = "fused") -> float:
+def adam_bytes_per_param(kernel: str = "fused", states: str = "fp32") -> float:
     """HBM bytes of one mixed-precision AdamW update per parameter, by ``kernel``.
 
     fused: reads fp32 master weight, fp32 gradient and two fp32 moments (16 B), writes master
@@ -193,11 +193,15 @@ def adam_bytes_per_param(kernel: str = "fused") -> float:
     pass over fp32 tensors): 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16 = 80 B, plus the norm read (FSDP2
     keeps no separate bf16 copy). per_tensor (Composer ``DecoupledAdamW.adamw``, a loop over
     the parameters: mul for the decay, mul + add, mul + addcmul, sqrt, div, add, addcdiv):
-    88 B plus the norm read.
+    88 B plus the norm read. ``states`` (Training.optimizer_states, fused kernels only):
+    fp32_remainders reads and writes 2 B of master instead of 4 (-4 B); bf16 reads the bf16
+    weight instead of the master and 4 B of moments instead of 8, and writes 4 B of moments and
+    no master (-14 B).
     """
-    return ADAM_BYTES[kernel]
+    return ADAM_BYTES[kernel] - ADAM_STATE_SAVING[states]
 
 
 ADAM_BYTES = {"fused": 16 + 12 + 2 + 4, "foreach": 80 + 4, "per_tensor": 88 + 4}
+ADAM_STATE_SAVING = {"fp32": 0, "fp32_remainders": 2 + 2, "bf16": 2 + 4 + 8}
 # ops the host issues per parameter tensor (per_tensor) or per parameter group (foreach) per step
 ADAM_OPS = {"fused": 1, "foreach": 8, "per_tensor": 9}

@@ -2,7 +2,8 @@
 
 Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, section 3.1; Megatron-LM distributed
 optimizer): per parameter 2 B compute-dtype weights, 4 B fp32 main gradient, 12 B fp32 master
-weight and two moments; ZeRO-1 shards the 12 B, ZeRO-2 also the gradient, ZeRO-3 everything,
+weight and two moments (10 B with the master kept as remainders, 4 B with bf16 moments and no
+master: ``Training.optimizer_states``); ZeRO-1 shards the 12 B, ZeRO-2 also the gradient, ZeRO-3 everything,
 over the DP x CP group. The gradient buffer is fp32 (4 B) or bf16 (2 B) as configured
 (Megatron ``--grad-reduce-in-bf16``, NeMo ``grad_reduce_in_fp32``); fp16 training keeps fp16
 gradients. With FP8 (Transformer Engine) GEMM inputs are saved for backward in fp8 (1 B).
@@ -49,6 +50,20 @@ def korthikanti_activation_bytes(
     if sp:
         return sbh * (34.0 / t + attn_core)
     return sbh * (10.0 + 24.0 / t + attn_core)
+
+
+# AdamW state per parameter beside the 16-bit weights, bytes (Training.optimizer_states):
+# fp32 master 4 + moments 8; the master as its 16 low bits (Apex DistributedFusedAdam
+# store_param_remainders: the bf16 weight holds the high half) 2 + 8; bf16 moments, no master 4
+OPTIMIZER_STATE_BYTES = {"fp32": OPTIMIZER_BYTES, "fp32_remainders": 10, "bf16": 4}
+
+
+def optimizer_state_bytes(training: Training) -> float:
+    """Bytes per parameter of the AdamW state: fp32 training keeps only the two fp32 moments
+    (the weights are the master copy), else :data:`OPTIMIZER_STATE_BYTES`."""
+    if training.precision == "fp32":
+        return 8.0
+    return float(OPTIMIZER_STATE_BYTES[training.optimizer_states])
 
 
 def grad_bytes(training: Training) -> float:
@@ -179,7 +194,7 @@ def state_bytes(
     expert_shard = max(1, layout.tp * shard // (layout.ep * layout.expert_tp))
     fp32 = training.precision == "fp32"
     w_b = 4 if fp32 else WEIGHT_BYTES  # fp32 training: the weights are the master copy
-    o_b = 8 if fp32 else OPTIMIZER_BYTES
+    o_b = optimizer_state_bytes(training)
     g_b = grad_bytes(training)
 
     # optimizer offload (ZeRO-Offload): master weights and moments live on the host, and from

@@ -147,7 +147,11 @@ def optimizer_time_s(ctx: Context, params: Params) -> float:
         assert host_bw is not None and link is not None  # check_layout
         sharing = min(ctx.layout.world_size, ctx.cluster.spec.gpus_per_node)  # one node's GPUs
         return host_offload.offloaded_optimizer_s(owned, sharing, host_bw, link)
-    gpu = owned * elementwise.adam_bytes_per_param(kernel) / ctx.dev.adam_bytes_per_s
+    gpu = (
+        owned
+        * elementwise.adam_bytes_per_param(kernel, ctx.training.optimizer_states)
+        / ctx.dev.adam_bytes_per_s
+    )
     ops = float(elementwise.ADAM_OPS[kernel])
     if kernel == "per_tensor":
         ops *= stage_param_tensors(ctx, params.stage_layers)

@@ -68,10 +68,10 @@ def _training_consts(sim: BatchSimulator, tr: Training) -> tuple:
     dev = sim._device(tr)
     return (
         4 if fp32 else memory.WEIGHT_BYTES,
-        8 if fp32 else memory.OPTIMIZER_BYTES,
+        memory.optimizer_state_bytes(tr),
         memory.grad_bytes(tr),
         memory.param_gather_bytes(tr),
-        elementwise.adam_bytes_per_param(tr.optimizer_kernel),
+        elementwise.adam_bytes_per_param(tr.optimizer_kernel, tr.optimizer_states),
         float(elementwise.ADAM_OPS[tr.optimizer_kernel]),
         dev.adam_bytes_per_s,
         dev.host_op_s,

@@ -30,6 +30,7 @@ GradDtype = Literal["fp32", "bf16"]
 CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax", "compiled"]
 Execution = Literal["eager", "compiled", "cuda_graphs"]
 OptimizerKernel = Literal["fused", "foreach", "per_tensor"]
+OptimizerStates = Literal["fp32", "fp32_remainders", "bf16"]
 Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8"]
 # recipes whose weights can be all-gathered already cast (one scale per tensor, or blocks that
 # serve both GEMM layouts): torchao enable_fsdp_float8_all_gather is tensorwise-only
@@ -261,6 +262,18 @@ class Training(_Frozen):
         "ops per parameter tensor: the foreach traffic plus one host-issued op per step and "
         "tensor, Composer DecoupledAdamW)",
     )
+    optimizer_states: OptimizerStates = Field(
+        default="fp32",
+        description="what the AdamW state holds per parameter beside the 16-bit weights "
+        "(planner/costs/memory.py optimizer_state_bytes): fp32 (fp32 master weight and two "
+        "fp32 moments, 12 B; Megatron's distributed optimizer, DeepSpeed, FSDP); "
+        "fp32_remainders (the master weight kept as the 16 low bits the bf16 weight lacks, "
+        "10 B; Apex DistributedFusedAdam store_param_remainders, NeMo 1's default for bf16 O2, "
+        "Transformer Engine FusedAdam under Megatron-Core --use-precision-aware-optimizer); "
+        "bf16 (two bf16 moments and no master copy: the update writes the bf16 weights, 4 B; "
+        "NeMo 1 distributed_fused_adam dtype bf16). The reduced forms need precision bf16 or "
+        "fp8 and a stack with capabilities.reduced_optimizer_states",
+    )
     linear_bias: bool = Field(
         default=False,
         description="the model code's linear layers carry bias vectors and its LayerNorms a "
@@ -304,6 +317,15 @@ class Training(_Frozen):
             f"{self.fp8_recipe!r} (rowwise scales differ per GEMM layout, so torchao gathers "
             "rowwise weights in bf16)"
         )
+
+    @model_validator(mode="after")
+    def _reduced_states_need_bf16(self) -> Training:
+        if self.optimizer_states != "fp32" and self.precision not in ("bf16", "fp8"):
+            raise ValueError(
+                f"optimizer_states {self.optimizer_states!r} needs bf16 weights (precision bf16 "
+                f"or fp8); got precision {self.precision!r} (valid: optimizer_states fp32)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _modules_need_selective(self) -> Training:

@@ -207,6 +207,11 @@ class StackCapabilities(Spec):
     checkpoint_offload: bool = Field(
         default=False, description="full-recompute checkpoints kept in host memory"
     )
+    reduced_optimizer_states: bool = Field(
+        default=False,
+        description="AdamW state smaller than fp32 master + moments (Training.optimizer_states "
+        "fp32_remainders or bf16): Apex DistributedFusedAdam, Transformer Engine FusedAdam",
+    )
 
 
 class StackSpec(Spec):

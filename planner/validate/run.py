@@ -23,7 +23,7 @@ from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import read_yaml_file
-from planner.stacks import applied_violation, apply_stack
+from planner.stacks import applied_violation, apply_stack, stack_violation
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
 from planner.validate.inputs import CaseInputs, case_inputs
@@ -133,8 +133,50 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
             i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
         )
     if not rep.fits and not isinstance(case, CaseV2):
-        rep = _offloaded(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
+        rep = _fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
     return _case_result(out, case, rep, notes, i.memory_kind)
+
+
+# the reduced AdamW states a schema 1 case may have run, largest first (Training.optimizer_states)
+REDUCED_STATES = ("fp32_remainders", "bf16")
+
+
+def _fitting(
+    rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
+) -> Any:
+    """A measured run fitted. A schema 1 case cannot state the memory savers that leave the
+    step's time as it is or nearly so: reduced AdamW state (Apex / Transformer Engine
+    store_param_remainders, bf16 moments: NeMo 1's dgxc Nemotron-4 340B recipe sets the
+    optimizer dtype bf16) or activation offload. Where its stated inputs do not fit, the first
+    that fits, in that order (the fastest first, as unstated knobs are tuned): the largest
+    reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`); the
+    row says which. Else ``rep`` unchanged."""
+    bf16_weights = training.precision in ("bf16", "fp8")
+    if (
+        bf16_weights
+        and training.optimizer_states == "fp32"
+        and not _violates(i.stack, layout, training)
+    ):
+        for states in REDUCED_STATES:
+            trial = training.with_changes(optimizer_states=states)
+            if _violates(i.stack, layout, trial):
+                break
+            got = simulate_step(
+                i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
+            )
+            if got.fits:
+                notes.append(
+                    f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
+                    f"{rep.usable_memory_gib:.1f}: schema 1 cannot state the optimizer's state "
+                    f"dtypes; costed with optimizer_states {states}, the largest that fits"
+                )
+                return got
+    return _offloaded(rep, i, layout, training, profile, notes)
+
+
+def _violates(stack: Any, layout: Layout, training: Training) -> bool:
+    """The stack cannot run ``training`` (no stack: it runs everything)."""
+    return stack is not None and stack_violation(stack, layout, training) is not None
 
 
 def _offloaded(

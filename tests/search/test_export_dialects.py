@@ -342,6 +342,29 @@ def test_an_inexpressible_field_is_stated(writer: Any, layout: Layout, field: st
     assert any(field in s for s in stated), stated
 
 
+def test_reduced_optimizer_states_are_written_where_megatron_has_them_and_stated_elsewhere() -> (
+    None
+):
+    """fp32 remainders are Megatron-Core's precision-aware optimizer; bf16 states without a
+    master have no Megatron flag, and no other framework writes either."""
+    layout = Layout(tp=2, pp=2, dp=4, zero=1)
+    remainders = TRAINING.model_copy(update={"optimizer_states": "fp32_remainders"})
+    bf16 = TRAINING.model_copy(update={"optimizer_states": "bf16"})
+    args = megatron_args(MODEL, GPUS, layout, remainders)
+    assert "--use-precision-aware-optimizer" in args.splitlines()
+    assert _stated(args) == []
+    assert "--use-precision-aware-optimizer" not in megatron_args(MODEL, GPUS, layout, TRAINING)
+    bridge = megatron_bridge_overrides(MODEL, GPUS, layout, remainders)
+    assert _overrides(bridge, yaml.safe_load)["optimizer.use_precision_aware_optimizer"] is True
+    for writer in (megatron_args, nemo_overrides, megatron_bridge_overrides):
+        stated = _stated(writer(MODEL, GPUS, layout, bf16))
+        assert any("training.optimizer_states = bf16" in s for s in stated), (writer, stated)
+    plain = Layout(dp=16, zero=3)
+    for writer in (deepspeed_json, llm_foundry_yaml, torchtitan_toml, megatron_deepspeed_args):
+        stated = _stated(writer(MODEL, GPUS, plain, remainders))
+        assert any("training.optimizer_states = fp32_remainders" in s for s in stated), writer
+
+
 @pytest.mark.parametrize(
     "writer",
     [

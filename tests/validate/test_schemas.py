@@ -352,3 +352,33 @@ def test_schema_1_offload_needs_a_legal_layout() -> None:
     row = run_case(raw, planner.default_profile, 1)
     assert row["status"] == "infeasible"
     assert "schema 1 cannot state activation offload" not in row["reason"]
+
+
+# ------------------------------------------------------------- reduced optimizer state (schema 1)
+
+
+def _no_fit_with_fp32_states(framework: str) -> dict:
+    """Llama 3.1 70B, tp 8 x pp 4 without data parallelism at micro-batch 2 x 8192: 80.9 GiB
+    with fp32 master and moments (12 B), 76.7 GiB with the master as remainders (10 B)."""
+    return _v1(
+        "llama3.1-70b",
+        num_gpus=32,
+        framework=framework,
+        layout={"tp": 8, "pp": 4, "dp": 1, "zero": 1, "sequence_parallel": True},
+        training={"global_batch": 32, "micro_batch": 2, "seq_len": 8192, "recompute": "none"},
+    )
+
+
+def test_schema_1_costs_the_largest_reduced_state_that_fits() -> None:
+    row = run_case(_no_fit_with_fp32_states("nemo"), planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert "costed with optimizer_states fp32_remainders" in row["reason"]
+    assert "offload" not in row["reason"]
+
+
+def test_schema_1_reduced_state_only_where_the_stack_runs_it() -> None:
+    # torchtitan keeps fp32 master and moments: no reduced state is guessed, and pp 4 rules out
+    # activation offload, so the case stays out of memory
+    row = run_case(_no_fit_with_fp32_states("torchtitan"), planner.default_profile, 1)
+    assert "optimizer_states" not in row["reason"]
+    assert row["status"] == "infeasible"

@@ -98,6 +98,8 @@ def _in_use(layout: Layout, training: Training, name: str) -> bool:
         return training.recompute == "selective" and tuple(modules) != DEFAULT_RECOMPUTE_MODULES
     if name == "cross_entropy":
         return value == "in_place"
+    if name == "optimizer_states":
+        return value != "fp32"
     if name == "overlap_dp_grad_reduce":
         return value is False and layout.dp > 1  # asked NOT to overlap
     if isinstance(value, bool):
@@ -131,8 +133,29 @@ def host_offload_reasons(framework: str) -> dict[str, str]:
     }
 
 
+def fp32_states_reason(framework: str) -> dict[str, str]:
+    """:func:`not_expressed` reason for reduced optimizer states in an export of ``framework``,
+    whose AdamW keeps an fp32 master and fp32 moments."""
+    return {
+        "optimizer_states": f"{framework}'s AdamW keeps an fp32 master weight and fp32 moments "
+        "(12 B per parameter); reduced states are Transformer Engine / Apex optimizers under "
+        "Megatron-Core, NeMo and Megatron-Bridge"
+    }
+
+
+# Megatron-Core's precision-aware optimizer (Transformer Engine FusedAdam) keeps fp32 master
+# remainders (store_param_remainders) beside the moments; it has no master-free form
+MEGATRON_BF16_STATES = {
+    "optimizer_states": "Megatron-Core's precision-aware optimizer keeps the master weight "
+    "(as remainders) beside bf16 moments (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 gives "
+    "6 B, not 4); a master-free bf16 AdamW is NeMo 1's distributed_fused_adam with dtype bf16"
+}
+
+
 __all__ = [
+    "MEGATRON_BF16_STATES",
     "NOT_EXPRESSED",
+    "fp32_states_reason",
     "host_offload_reasons",
     "PipelineSplit",
     "by_hand_note",

@@ -28,6 +28,7 @@ from typing import Any
 
 from planner.search.dialects._common import (
     NOT_EXPRESSED,
+    fp32_states_reason,
     grad_accumulation_steps,
     host_offload_reasons,
     not_expressed,
@@ -53,6 +54,7 @@ STANDALONE_REASONS = {
     # transformers' gradient checkpointing is torch.utils.checkpoint: cpu_checkpointing belongs to
     # DeepSpeed's own activation-checkpointing API, which only Megatron-DeepSpeed calls
     "checkpoint_offload": host_offload_reasons("DeepSpeed (transformers)")["checkpoint_offload"],
+    **fp32_states_reason("DeepSpeed"),
 }
 
 

@@ -22,7 +22,12 @@ from typing import Any
 
 import yaml
 
-from planner.search.dialects._common import NOT_EXPRESSED, host_offload_reasons, not_expressed
+from planner.search.dialects._common import (
+    NOT_EXPRESSED,
+    fp32_states_reason,
+    host_offload_reasons,
+    not_expressed,
+)
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -77,7 +82,14 @@ def llm_foundry_yaml(model: ModelSpec, gpus: int, layout: Layout, training: Trai
     """The batch sizes, sequence length, precision and ``fsdp_config`` as llm-foundry YAML;
     ``#`` lines say what it cannot express."""
     fsdp, notes = _fsdp_config(layout, training)
-    notes = not_expressed(layout, training, REASONS | host_offload_reasons("llm-foundry")) + notes
+    notes = (
+        not_expressed(
+            layout,
+            training,
+            REASONS | host_offload_reasons("llm-foundry") | fp32_states_reason("Composer"),
+        )
+        + notes
+    )
     doc = {
         "max_seq_len": training.seq_len,
         "global_train_batch_size": training.global_batch,

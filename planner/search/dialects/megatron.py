@@ -52,8 +52,10 @@ from typing import Any
 
 from planner.schedules import schedule_of
 from planner.search.dialects._common import (
+    MEGATRON_BF16_STATES,
     NOT_EXPRESSED,
     by_hand_note,
+    fp32_states_reason,
     host_offload_reasons,
     not_expressed,
     pipeline_split,
@@ -149,6 +151,10 @@ def _core_rows(model: ModelSpec, layout: Layout, training: Training) -> tuple[li
     ]
     if zero == 3:  # Megatron-FSDP shards parameters, gradients and optimizer states
         rows.append(("ddp", "data_parallel_sharding_strategy", "optim_grads_params"))
+    if training.optimizer_states != "fp32":  # TE FusedAdam: master kept as remainders
+        rows.append(("optim", "use_precision_aware_optimizer", True))
+    if training.optimizer_states == "bf16":
+        notes += not_expressed(layout, training, MEGATRON_BF16_STATES)
     if not training.dropout:
         rows += [("model", "hidden_dropout", 0.0), ("model", "attention_dropout", 0.0)]
     if training.offload_layers:
@@ -331,7 +337,8 @@ def _mds_notes(layout: Layout, training: Training) -> list[str]:
             "checkpoints, not layers",
             "cross_entropy": "no Transformer Engine fused loss flag",
             "recompute_modules": "--recompute-granularity selective re-runs core attention only",
-        },
+        }
+        | fp32_states_reason("Megatron-DeepSpeed"),
     )
     if layout.pp > 1 and layout.zero >= 2:
         notes.append(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from planner.schedules import schedule_of
 from planner.search.dialects._common import (
+    MEGATRON_BF16_STATES,
     NOT_EXPRESSED,
     host_offload_reasons,
     not_expressed,
@@ -83,6 +84,12 @@ def _zero_and_precision_args(layout: Layout, training: Training) -> list[str]:
         lines += ["--bf16", "--fp8-format hybrid"]
     if training.precision in ("bf16", "fp8") and training.grad_reduce_dtype == "fp32":
         lines.append("--accumulate-allreduce-grads-in-fp32")
+    if training.optimizer_states != "fp32":
+        # Transformer Engine FusedAdam keeps the master as remainders (TE >= 2.1), the nearest
+        # Megatron has to bf16 states, which are stated not expressed
+        lines.append("--use-precision-aware-optimizer")
+    if training.optimizer_states == "bf16":
+        lines += [f"# {n}" for n in not_expressed(layout, training, MEGATRON_BF16_STATES)]
     return lines
 
 

@@ -22,7 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from planner.schedules import schedule_of
-from planner.search.dialects._common import host_offload_reasons, not_expressed, pipeline_split
+from planner.search.dialects._common import (
+    fp32_states_reason,
+    host_offload_reasons,
+    not_expressed,
+    pipeline_split,
+)
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -59,7 +64,9 @@ def torchtitan_toml(model: ModelSpec, gpus: int, layout: Layout, training: Train
     per_replica = training.global_batch // layout.dp
     local = per_replica if layout.pp > 1 else training.micro_batch
     lines = [f"# torchtitan job config fragment for {model.name} on {gpus} GPUs", ""]
-    offloads = not_expressed(layout, training, host_offload_reasons("torchtitan"))
+    offloads = not_expressed(
+        layout, training, host_offload_reasons("torchtitan") | fp32_states_reason("torchtitan")
+    )
     lines += [f"# {n}" for n in offloads]
     if layout.zero == 1:
         lines += [
