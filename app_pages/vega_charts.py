@@ -2,12 +2,18 @@
 
 They are redrawn on every widget change, so they are drawn by Streamlit's built-in Vega-Lite
 renderer (``st.vega_lite_chart``): in the browser two of them cost ~65 ms less per change than
-the same two plotly figures (docs/search.md, tests/app/test_browser.py). Every axis names its unit.
+the same two plotly figures (docs/search.md, tests/app/test_browser.py). Their figures travel as
+named datasets (``spec["datasets"]``, sent as Arrow) and the spec itself carries no number that
+changes with the inputs (titles, scale domains), so a widget change that keeps the spec makes
+the browser swap the data in the existing Vega view instead of compiling a new one. Every axis
+names its unit.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import pyarrow as pa
 
 from app_pages.charts import CATEGORY_LABELS, time_unit
 from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
@@ -18,8 +24,9 @@ USABLE_COLOR, CAPACITY_COLOR = "#C00000", "#808080"
 
 def memory_spec(report: StepReport, capacity_gib: float | None = None) -> VegaSpec:
     """Stacked memory per GPU (GiB) on the peak stage against the usable HBM (and capacity)
-    lines, as a Vega-Lite spec."""
-    stage = f"peak stage ({report.peak_memory_stage})"
+    lines, as a Vega-Lite spec whose figures are its named datasets ``bars``, ``lines`` and
+    ``top`` (an invisible point 10 % above the highest, room for the line labels)."""
+    stage = "peak stage"
     bars = [
         {
             "stage": stage,
@@ -35,25 +42,33 @@ def memory_spec(report: StepReport, capacity_gib: float | None = None) -> VegaSp
     if capacity_gib is not None and capacity_gib > report.usable_memory_gib:
         lines.append({"gib": capacity_gib, "label": f"capacity {capacity_gib:.1f} GiB"})
     top = max(report.peak_memory_gib, capacity_gib or report.usable_memory_gib) * 1.1
-    y = {
-        "field": "gib",
-        "type": "quantitative",
-        "title": "memory per GPU (GiB)",
-        "scale": {"domain": [0, top]},
-    }
-    verdict = "fits" if report.fits else "does not fit"
+    y = {"field": "gib", "type": "quantitative", "title": "memory per GPU (GiB)"}
     return {
-        "title": f"Memory per GPU: {report.peak_memory_gib:.1f} GiB, {verdict}",
+        "title": "Memory per GPU on the peak pipeline stage",
         "height": 320,
-        "layer": [_memory_bars(bars, y), *_memory_lines(lines, y)],
+        "datasets": _tables(bars=bars, lines=lines, top=[{"stage": stage, "gib": top}]),
+        "layer": [
+            _memory_bars([CATEGORY_LABELS.get(c, c) for c in MEMORY_CATEGORIES], y),
+            *_memory_lines(len(lines), y),
+            {
+                "data": {"name": "top"},
+                "mark": {"type": "point", "opacity": 0},
+                "encoding": {"x": {"field": "stage", "type": "nominal"}, "y": y},
+            },
+        ],
         "resolve": {"scale": {"color": "independent"}},
     }
 
 
-def _memory_bars(bars: list[dict[str, Any]], y: VegaSpec) -> VegaSpec:
-    """The stacked bar of the memory categories (GiB)."""
+def _tables(**datasets: list[dict[str, Any]]) -> dict[str, pa.Table]:
+    """Named datasets as Arrow tables (Streamlit sends them as they are, no pandas step)."""
+    return {name: pa.Table.from_pylist(rows) for name, rows in datasets.items()}
+
+
+def _memory_bars(categories: list[str], y: VegaSpec) -> VegaSpec:
+    """The stacked bar of the memory categories (GiB), dataset ``bars``."""
     return {
-        "data": {"values": bars},
+        "data": {"name": "bars"},
         "mark": "bar",
         "encoding": {
             "x": {"field": "stage", "type": "nominal", "title": None, "axis": {"labelAngle": 0}},
@@ -62,7 +77,7 @@ def _memory_bars(bars: list[dict[str, Any]], y: VegaSpec) -> VegaSpec:
                 "field": "category",
                 "type": "nominal",
                 "title": None,
-                "sort": [b["category"] for b in bars],
+                "sort": categories,
                 "legend": {"orient": "bottom", "columns": 3},
             },
             "order": {"field": "order"},
@@ -74,8 +89,8 @@ def _memory_bars(bars: list[dict[str, Any]], y: VegaSpec) -> VegaSpec:
     }
 
 
-def _memory_lines(lines: list[dict[str, Any]], y: VegaSpec) -> list[VegaSpec]:
-    """The usable-HBM (and capacity) rules and their labels."""
+def _memory_lines(count: int, y: VegaSpec) -> list[VegaSpec]:
+    """The usable-HBM (and capacity) rules of dataset ``lines`` and their labels."""
     line_color = {
         "field": "label",
         "type": "nominal",
@@ -84,13 +99,17 @@ def _memory_lines(lines: list[dict[str, Any]], y: VegaSpec) -> list[VegaSpec]:
     }
     return [
         {
-            "data": {"values": lines},
+            "data": {"name": "lines"},
             "mark": {"type": "rule", "strokeDash": [6, 4], "strokeWidth": 2},
             "encoding": {"y": y, "color": line_color, "tooltip": [{"field": "label"}]},
         },
         *(
             {  # usable HBM labelled on the left, capacity on the right (they are close)
-                "data": {"values": [line]},
+                "data": {"name": "lines"},
+                "transform": [
+                    {"window": [{"op": "row_number", "as": "row"}]},
+                    {"filter": f"datum.row == {i + 1}"},
+                ],
                 "mark": {
                     "type": "text",
                     "align": "left" if i == 0 else "right",
@@ -101,7 +120,7 @@ def _memory_lines(lines: list[dict[str, Any]], y: VegaSpec) -> list[VegaSpec]:
                 },
                 "encoding": {"y": y, "text": {"field": "label"}},
             }
-            for i, line in enumerate(lines)
+            for i in range(count)
         ),
     ]
 
@@ -131,18 +150,18 @@ def time_spec(report: StepReport) -> VegaSpec:
         "axis": {"labelLimit": 240},
     }
     longest = max((row["time"] for row in rows), default=0.0) or 1.0
-    x = {
-        "field": "time",
-        "type": "quantitative",
-        "title": f"time per step ({unit})",
-        "scale": {"domain": [0, longest * 1.3]},  # room for the labels right of the bars
-    }
+    x = {"field": "time", "type": "quantitative", "title": f"time per step ({unit})"}
     return {
-        "title": f"Where the time goes: step {report.step_time_s * scale:.4g} {unit}",
+        "title": "Where the time goes",
         "height": 110 + 34 * len(rows),  # Streamlit fits title and axes inside it
-        "layer": [  # data in each layer: Streamlit moves a top-level "data" out of the spec
+        # the invisible point at 1.3x the longest bar leaves room for the labels right of it
+        "datasets": _tables(
+            rows=rows,
+            room=[{"category": rows[0]["category"] if rows else "", "time": longest * 1.3}],
+        ),
+        "layer": [
             {
-                "data": {"values": rows},
+                "data": {"name": "rows"},
                 "mark": {"type": "bar", "color": "#4C78A8"},
                 "encoding": {
                     "y": y,
@@ -154,9 +173,14 @@ def time_spec(report: StepReport) -> VegaSpec:
                 },
             },
             {
-                "data": {"values": rows},
+                "data": {"name": "rows"},
                 "mark": {"type": "text", "align": "left", "dx": 3},
                 "encoding": {"y": y, "x": x, "text": {"field": "label"}},
+            },
+            {
+                "data": {"name": "room"},
+                "mark": {"type": "point", "opacity": 0},
+                "encoding": {"y": y, "x": x},
             },
         ],
     }

@@ -65,6 +65,16 @@ def _spec(element: object) -> dict:
     return json.loads(element.proto.spec)  # type: ignore[attr-defined]
 
 
+def _datasets(element: object) -> dict[str, list[dict]]:
+    """A Vega-Lite chart's named datasets (sent as Arrow IPC streams), as rows."""
+    import pyarrow as pa
+
+    return {
+        d.name: pa.ipc.open_stream(d.data.data).read_all().to_pylist()
+        for d in element.proto.datasets  # type: ignore[attr-defined]
+    }
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_renders_without_error(page: str) -> None:
     at = _app(page)
@@ -83,14 +93,22 @@ def test_estimate_shows_numbers_and_charts() -> None:
     charts = at.get("vega_lite_chart")
     assert len(charts) == 2 and not at.get("plotly_chart")  # pp = 1: timeline in its expander
     mem, time_ = (_spec(ch) for ch in charts)
+    mem_data, time_data = (_datasets(ch) for ch in charts)
     assert "Memory" in mem["title"] and "Where the time goes" in time_["title"]
-    bars, usable = mem["layer"][0], mem["layer"][1]
+    bars = mem["layer"][0]
     assert "GiB" in bars["encoding"]["y"]["title"]
-    gib = sum(row["gib"] for row in bars["data"]["values"])
+    gib = sum(row["gib"] for row in mem_data[bars["data"]["name"]])
     assert gib == pytest.approx(float(_metric(at, "Memory per GPU").split()[0]), rel=0.01)
-    assert usable["data"]["values"][0]["label"].startswith("usable HBM")
+    assert mem_data["lines"][0]["label"].startswith("usable HBM")
     assert time_["layer"][0]["encoding"]["x"]["title"].startswith("time per step (")
-    assert all("%" in row["label"] for row in time_["layer"][0]["data"]["values"])
+    assert time_data["rows"] and all("%" in row["label"] for row in time_data["rows"])
+    # the spec carries no input-dependent figure: a cluster change swaps only the datasets
+    at.selectbox(key="est_cluster").set_value("dgx-h200")
+    at.run()
+    _ok(at)
+    after = at.get("vega_lite_chart")
+    assert [_spec(ch) for ch in after] == [mem, time_]
+    assert _datasets(after[0])["lines"] != mem_data["lines"]  # H200's usable HBM
     assert any(s.value.startswith("Fits in memory") for s in at.success)
     at.session_state["est_timeline_open"] = True
     at.run()
