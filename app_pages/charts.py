@@ -301,27 +301,6 @@ def pareto_figure(
     return _layout(fig, f"Pareto front: tokens/s vs {x_title}")
 
 
-# ---- Compare ------------------------------------------------------------------------------------
-def compare_bars(
-    names: Sequence[str], values: Sequence[float | None], title: str, y_title: str
-) -> go.Figure:
-    """One bar per accelerator generation (missing values left out), labelled."""
-    pts = [(n, v) for n, v in zip(names, values, strict=True) if v is not None]
-    fig = go.Figure(
-        go.Bar(
-            x=[n for n, _ in pts],
-            y=[v for _, v in pts],
-            text=[short(v) for _, v in pts],
-            textposition="auto",
-            marker_color="#4C78A8",
-            hovertemplate=f"%{{x}}: %{{y:,.4g}} {y_title}<extra></extra>",
-        )
-    )
-    fig.update_yaxes(title_text=y_title)
-    fig.update_xaxes(title_text="cluster")
-    return _layout(fig, title, height=340)
-
-
 # ---- Validation ---------------------------------------------------------------------------------
 def validation_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
     """Predicted vs measured tokens/s per GPU (log axes), one colour per source, y = x and
@@ -399,7 +378,6 @@ def curves_figure(
 __all__ = [
     "Block",
     "Timeline",
-    "compare_bars",
     "curves_figure",
     "pareto_figure",
     "pipeline_figure",

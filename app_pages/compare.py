@@ -16,8 +16,8 @@ from typing import Any
 import streamlit as st
 
 import planner
-from app_pages import charts, stacks
 from app_pages import common as c
+from app_pages import stacks, vega_charts
 from planner.cli.search import gpu_counts
 from planner.errors import PlannerError
 from planner.search.space import coarse_space
@@ -376,27 +376,16 @@ def _table_caption(job: Job, model: planner.ModelSpec) -> str:
 def _charts(ok: list[dict[str, Any]], pue: float) -> None:
     """Throughput, time to train, cost and energy bars of the rows with a feasible layout."""
     names = [r["cluster"] for r in ok]
-    left, right = st.columns(2)
-    left.plotly_chart(
-        charts.compare_bars(names, [r["tokens/s"] for r in ok], "Throughput", "tokens/s"),
-        key="cmp_chart_tps",
+    panels = (
+        ("tokens/s", "Throughput", "tokens/s", "cmp_chart_tps"),
+        ("time to train (days)", "Time to train", "days", "cmp_chart_time"),
+        ("cost ($M)", "Cost", "$ millions", "cmp_chart_cost"),
+        ("energy (MWh)", f"Energy (PUE {pue:.2f})", "MWh", "cmp_chart_energy"),
     )
-    right.plotly_chart(
-        charts.compare_bars(
-            names, [r["time to train (days)"] for r in ok], "Time to train", "days"
-        ),
-        key="cmp_chart_time",
-    )
-    left.plotly_chart(
-        charts.compare_bars(names, [r["cost ($M)"] for r in ok], "Cost", "$ millions"),
-        key="cmp_chart_cost",
-    )
-    right.plotly_chart(
-        charts.compare_bars(
-            names, [r["energy (MWh)"] for r in ok], f"Energy (PUE {pue:.2f})", "MWh"
-        ),
-        key="cmp_chart_energy",
-    )
+    cols = st.columns(2)
+    for i, (column, title, unit, key) in enumerate(panels):
+        spec = vega_charts.compare_bars_spec(names, [r[column] for r in ok], title, unit)
+        cols[i % 2].vega_lite_chart(spec, key=key, width="stretch")
 
 
 def body() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from app_pages.charts import CATEGORY_LABELS, time_unit
+from app_pages.charts import CATEGORY_LABELS, short, time_unit
 from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
 
 VegaSpec = dict[str, Any]
@@ -186,4 +186,50 @@ def time_spec(report: StepReport) -> VegaSpec:
     }
 
 
-__all__ = ["memory_spec", "time_spec"]
+def compare_bars_spec(
+    names: list[str], values: list[float | None], title: str, unit: str
+) -> VegaSpec:
+    """One bar per cluster (missing values left out), labelled with its value, as a Vega-Lite
+    spec with dataset ``bars``; the y axis names ``unit``. The Compare page draws four of them:
+    Vega-Lite is the renderer the Estimate page has already loaded, where plotly's bundle would
+    be fetched and parsed on the first visit (docs/search.md)."""
+    rows = [
+        {"cluster": n, "value": v, "label": short(v)}
+        for n, v in zip(names, values, strict=True)
+        if v is not None
+    ]
+    x = {
+        "field": "cluster",
+        "type": "nominal",
+        "title": "cluster",
+        "sort": None,
+        "axis": {"labelAngle": -25, "labelOverlap": False},
+    }
+    y = {"field": "value", "type": "quantitative", "title": unit, "axis": {"format": "~s"}}
+    return {
+        "title": title,
+        "height": 300,
+        "datasets": _tables(bars=rows),
+        "layer": [
+            {
+                "data": {"name": "bars"},
+                "mark": {"type": "bar", "color": "#4C78A8"},
+                "encoding": {
+                    "x": x,
+                    "y": y,
+                    "tooltip": [
+                        {"field": "cluster", "title": "cluster"},
+                        {"field": "value", "title": unit, "format": ",.4g"},
+                    ],
+                },
+            },
+            {
+                "data": {"name": "bars"},
+                "mark": {"type": "text", "baseline": "bottom", "dy": -2},
+                "encoding": {"x": x, "y": y, "text": {"field": "label"}},
+            },
+        ],
+    }
+
+
+__all__ = ["compare_bars_spec", "memory_spec", "time_spec"]

@@ -380,7 +380,12 @@ def test_compare_lists_generations_and_prices_move_cost() -> None:
     assert len(table) >= 4
     assert {"dgx-a100-80gb", "dgx-h100", "dgx-b200"} <= set(table["cluster"])
     assert table["tokens/s"].notna().sum() >= 4
-    assert len(at.get("plotly_chart")) == 4
+    charts = at.get("vega_lite_chart")
+    assert len(charts) == 4 and not at.get("plotly_chart")
+    tps = {r["cluster"]: r["value"] for r in _datasets(charts[0])["bars"]}
+    assert tps == pytest.approx(dict(zip(table["cluster"], table["tokens/s"], strict=True)))
+    titles = {_spec(ch)["layer"][0]["encoding"]["y"]["title"] for ch in charts}
+    assert titles == {"tokens/s", "days", "$ millions", "MWh"}
     assert [b.proto.label for b in at.get("download_button")] == ["Download the table (CSV)"]
     h100 = table.set_index("cluster").loc["dgx-h100"]
     at.number_input(key="cmp_price_dgx-h100").set_value(2 * float(h100["price ($/GPU-h)"])).run()
