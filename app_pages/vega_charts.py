@@ -19,7 +19,7 @@ from app_pages.charts import CATEGORY_LABELS, short, time_unit
 from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
 
 VegaSpec = dict[str, Any]
-USABLE_COLOR, CAPACITY_COLOR = "#C00000", "#808080"
+USABLE_COLOR, CAPACITY_COLOR, BAR_COLOR = "#C00000", "#808080", "#4C78A8"
 
 
 def memory_spec(report: StepReport, capacity_gib: float | None = None) -> VegaSpec:
@@ -63,6 +63,25 @@ def memory_spec(report: StepReport, capacity_gib: float | None = None) -> VegaSp
 def _tables(**datasets: list[dict[str, Any]]) -> dict[str, pa.Table]:
     """Named datasets as Arrow tables (Streamlit sends them as they are, no pandas step)."""
     return {name: pa.Table.from_pylist(rows) for name, rows in datasets.items()}
+
+
+def _labelled_bars(
+    dataset: str, axes: VegaSpec, tooltip: list[VegaSpec], text: VegaSpec
+) -> list[VegaSpec]:
+    """Two layers over the named ``dataset``: its bars (position ``axes``, ``tooltip``) and
+    their ``label`` field written beside them (``text``: the text mark's placement)."""
+    return [
+        {
+            "data": {"name": dataset},
+            "mark": {"type": "bar", "color": BAR_COLOR},
+            "encoding": {**axes, "tooltip": tooltip},
+        },
+        {
+            "data": {"name": dataset},
+            "mark": {"type": "text", **text},
+            "encoding": {**axes, "text": {"field": "label"}},
+        },
+    ]
 
 
 def _memory_bars(categories: list[str], y: VegaSpec) -> VegaSpec:
@@ -160,23 +179,12 @@ def time_spec(report: StepReport) -> VegaSpec:
             room=[{"category": rows[0]["category"] if rows else "", "time": longest * 1.3}],
         ),
         "layer": [
-            {
-                "data": {"name": "rows"},
-                "mark": {"type": "bar", "color": "#4C78A8"},
-                "encoding": {
-                    "y": y,
-                    "x": x,
-                    "tooltip": [
-                        {"field": "category", "title": "category"},
-                        {"field": "label", "title": "time"},
-                    ],
-                },
-            },
-            {
-                "data": {"name": "rows"},
-                "mark": {"type": "text", "align": "left", "dx": 3},
-                "encoding": {"y": y, "x": x, "text": {"field": "label"}},
-            },
+            *_labelled_bars(
+                "rows",
+                {"x": x, "y": y},
+                [{"field": "category", "title": "category"}, {"field": "label", "title": "time"}],
+                {"align": "left", "dx": 3},
+            ),
             {
                 "data": {"name": "room"},
                 "mark": {"type": "point", "opacity": 0},
@@ -210,25 +218,15 @@ def compare_bars_spec(
         "title": title,
         "height": 300,
         "datasets": _tables(bars=rows),
-        "layer": [
-            {
-                "data": {"name": "bars"},
-                "mark": {"type": "bar", "color": "#4C78A8"},
-                "encoding": {
-                    "x": x,
-                    "y": y,
-                    "tooltip": [
-                        {"field": "cluster", "title": "cluster"},
-                        {"field": "value", "title": unit, "format": ",.4g"},
-                    ],
-                },
-            },
-            {
-                "data": {"name": "bars"},
-                "mark": {"type": "text", "baseline": "bottom", "dy": -2},
-                "encoding": {"x": x, "y": y, "text": {"field": "label"}},
-            },
-        ],
+        "layer": _labelled_bars(
+            "bars",
+            {"x": x, "y": y},
+            [
+                {"field": "cluster", "title": "cluster"},
+                {"field": "value", "title": unit, "format": ",.4g"},
+            ],
+            {"baseline": "bottom", "dy": -2},
+        ),
     }
 
 
