@@ -23,7 +23,7 @@ from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import read_yaml_file
-from planner.stacks import applied_violation, apply_stack, stack_violation
+from planner.stacks import applied_violation, apply_stack, stack_violation, training_defaults
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
 from planner.validate.inputs import CaseInputs, case_inputs
@@ -149,8 +149,9 @@ def _fitting(
     store_param_remainders, bf16 moments: NeMo 1's dgxc Nemotron-4 340B recipe sets the
     optimizer dtype bf16) or activation offload. Where its stated inputs do not fit, the first
     that fits, in that order (the fastest first, as unstated knobs are tuned): the largest
-    reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`); the
-    row says which. Else ``rep`` unchanged."""
+    reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`), else
+    the lightest heavier recompute (:func:`_recomputed`); the row says which. Else ``rep``
+    unchanged."""
     bf16_weights = training.precision in ("bf16", "fp8")
     if (
         bf16_weights
@@ -171,7 +172,42 @@ def _fitting(
                     f"dtypes; costed with optimizer_states {states}, the largest that fits"
                 )
                 return got
-    return _offloaded(rep, i, layout, training, profile, notes)
+    got = _offloaded(rep, i, layout, training, profile, notes)
+    return got if got.fits else _recomputed(rep, i, layout, training, profile, notes)
+
+
+# recompute levels lighter to heavier (Training.recompute): what a schema 1 fallback may raise to
+RECOMPUTE_LEVELS = ("none", "selective", "full")
+
+
+def _recomputed(
+    rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
+) -> Any:
+    """The last schema 1 fallback. Schema 1 requires a recompute value even where the source
+    gives none, so a stated ``none`` may be the case writer's assumption; a run that trained
+    fit. Where nothing that leaves the recompute as stated fits, the lightest heavier level the
+    stack runs that fits (selective with the stack's modules, then full), with a note that
+    says the stated inputs do not fit; else ``rep`` unchanged."""
+    stated = RECOMPUTE_LEVELS.index(training.recompute)
+    for level in RECOMPUTE_LEVELS[stated + 1 :]:
+        trial = training.with_changes(recompute=level, recompute_modules=None)
+        if level == "selective" and i.stack is not None:  # the stack's modules
+            modules = training_defaults(i.stack, i.model, trial).get("recompute_modules")
+            trial = trial.with_changes(recompute_modules=modules)
+        if _violates(i.stack, layout, trial):
+            continue
+        got = simulate_step(
+            i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
+        )
+        if got.fits:
+            notes.append(
+                f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
+                f"{rep.usable_memory_gib:.1f} and nothing schema 1 cannot state makes them fit: "
+                f"costed with recompute {level} (stated {training.recompute}), the lightest "
+                "that fits; the run trained, so the stated recompute or layout is doubtful"
+            )
+            return got
+    return rep
 
 
 def _violates(stack: Any, layout: Layout, training: Training) -> bool:

@@ -382,3 +382,57 @@ def test_schema_1_reduced_state_only_where_the_stack_runs_it() -> None:
     row = run_case(_no_fit_with_fp32_states("torchtitan"), planner.default_profile, 1)
     assert "optimizer_states" not in row["reason"]
     assert row["status"] == "infeasible"
+
+
+# ------------------------------------------------- recompute, the last schema 1 fallback
+
+
+def _no_fit_without_recompute(schema: int, micro_batch: int) -> dict:
+    """GPT-3 175B, tp 8 x pp 8 on A100s under Megatron-LM 2021 (materialised attention), no
+    recompute stated: micro-batch 1 needs ~100 GiB (fits with selective, the attention scores
+    recomputed), micro-batch 2 ~157 GiB (fits only with full recompute); pp 8 rules out offload
+    and fp16 the reduced optimizer states."""
+    make = _v1 if schema == 1 else _v2
+    return make(
+        "gpt3-175b",
+        cluster="dgx-a100-80gb",
+        num_gpus=64,
+        framework="megatron-lm" if schema == 1 else "megatron-lm-2021",
+        layout={"tp": 8, "pp": 8, "dp": 1, "zero": 0},
+        training={
+            "global_batch": 64,
+            "micro_batch": micro_batch,
+            "seq_len": 2048,
+            "recompute": "none",
+            "precision": "fp16",
+        },
+    )
+
+
+def _costed_with(raw: dict, recompute: str) -> planner.StepReport:
+    """The case's stated inputs with ``recompute`` (the stack's selective modules)."""
+    inputs = case_inputs(parse_case(raw, 1))
+    training = inputs.training.with_changes(recompute=recompute)
+    lay, tr = apply_stack(inputs.stack, inputs.model, inputs.layout, training)
+    return planner.simulate(inputs.model, inputs.cluster, lay, tr, stack=inputs.stack)
+
+
+@pytest.mark.parametrize(("micro_batch", "level"), [(1, "selective"), (2, "full")])
+def test_schema_1_raises_recompute_to_the_lightest_that_fits(micro_batch: int, level: str) -> None:
+    raw = _no_fit_without_recompute(1, micro_batch)
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert f"costed with recompute {level} (stated none)" in row["reason"]
+    assert "stated recompute or layout is doubtful" in row["reason"]
+    assert not _costed_with(raw, "none").fits
+    lighter = {"selective": "none", "full": "selective"}[level]
+    assert not _costed_with(raw, lighter).fits  # the lightest: one level less does not fit
+    assert _costed_with(raw, level).tokens_per_s_per_gpu == pytest.approx(
+        row["predicted_tokens_per_s_per_gpu"], rel=1e-4
+    )
+
+
+def test_schema_2_states_recompute_so_it_is_never_raised() -> None:
+    row = run_case(_no_fit_without_recompute(2, 1), planner.default_profile, 2)
+    assert row["status"] == "infeasible"
+    assert "costed with recompute" not in row["reason"]
