@@ -10,6 +10,7 @@ from planner.errors import PlannerError
 from planner.report import StepReport
 from planner.schedules import Schedule
 from planner.simulate.layers import TP_OVERLAP_FRACTION
+from planner.specs.hardware import AcceleratorSpec
 from planner.specs.layout import Layout, Training
 
 
@@ -62,6 +63,18 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
     if layout.overlap_tp_comm:
         notes.append(f"TP comm overlap hides up to {TP_OVERLAP_FRACTION:.0%} behind GEMMs")
     return notes
+
+
+def power_note(accel: AcceleratorSpec) -> list[str]:
+    """The power cap the GEMM and attention throughput is costed under (nothing uncapped)."""
+    clock = accel.tensor_clock_fraction
+    if clock >= 1.0:
+        return []
+    return [
+        f"power cap {accel.tdp_w:.0f} W of the {accel.rated_power_w:.0f} W the peaks are rated "
+        f"at: GEMM and attention at {clock:.3f} of the rated tensor clock ((cap / rated)^(1/3), "
+        "dynamic power ~ f^3 under voltage scaling); MFU stays against the rated peak"
+    ]
 
 
 def schedule_notes(schedule: Schedule, layout: Layout) -> list[str]:

@@ -22,7 +22,7 @@ from planner.simulate.data_parallel import (
     owned_params,
     stage_param_tensors,
 )
-from planner.simulate.notes import default_assumptions, host_note, schedule_notes
+from planner.simulate.notes import default_assumptions, host_note, power_note, schedule_notes
 from planner.simulate.planning import stage_plans
 from planner.simulate.stages import (
     Context,
@@ -101,7 +101,8 @@ def build_step(
         profile=profile.id,
         assumptions=default_assumptions(layout, training)
         + schedule_notes(ctx.schedule, layout)
-        + host_note(breakdown, step, ctx.dev),
+        + host_note(breakdown, step, ctx.dev)
+        + power_note(ctx.cluster.accelerator),
         plan=plan,
     )
 

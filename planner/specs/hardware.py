@@ -53,6 +53,13 @@ class AcceleratorSpec(_Frozen):
     tdp_w: float | None = Field(
         default=None, gt=0, le=100_000, description="board power, W (None: unknown)"
     )
+    rated_power_w: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="board power at which peak_tflops are rated, W, where tdp_w is a cap below "
+        "it (the same silicon run at a lower power limit); None: tdp_w, no cap",
+    )
     host_link_gb_per_s: float | None = Field(
         default=None,
         gt=0,
@@ -78,6 +85,18 @@ class AcceleratorSpec(_Frozen):
         if self.hbm_usable_gib > self.hbm_capacity_gib:
             raise ValueError("hbm_usable_gib exceeds hbm_capacity_gib")
         return self
+
+    @property
+    def tensor_clock_fraction(self) -> float:
+        """Sustained tensor-core clock under a power cap, as a fraction of the rated one (1.0
+        without a cap): (tdp_w / rated_power_w) ** (1/3). Dynamic power is C V^2 A f and the
+        voltage a clock needs falls with the clock (DVFS), so power goes as f^3 in that range
+        (Wikipedia "Dynamic frequency scaling"; LeSueur and Heiser, HotPower 2010); static
+        power is left out, so this is the smallest slowdown the law allows. It scales the GEMM
+        and attention throughput only: HBM, NVLink and the host keep their own clocks."""
+        if self.rated_power_w is None or self.tdp_w is None or self.tdp_w >= self.rated_power_w:
+            return 1.0
+        return float((self.tdp_w / self.rated_power_w) ** (1.0 / 3.0))
 
     def peak_flops_per_s(self, precision: str) -> float:
         """Dense peak for a training precision, FLOP/s (bf16 falls back to fp16 on V100)."""
