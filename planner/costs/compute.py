@@ -79,7 +79,9 @@ def make_device(
     """Bind an accelerator and a profile for one training precision and attention kernel;
     ``execution`` scales the host time per op (:func:`planner.costs.host.host_op_factor`)."""
     work = "fp32" if precision == "fp32" else "bf16"
-    clock = accel.tensor_clock_fraction  # a power cap below the rated power (1.0 without)
+    # a power cap below the rated power (1.0 without); a profile measured on a device already
+    # carries that device's clocks, so the cap is not applied a second time
+    clock = accel.tensor_clock_fraction if profile.device is None else 1.0
     bf16_peak = accel.peak_flops_per_s(work) * clock
     gemm_peak = accel.peak_flops_per_s(precision) * clock
     peak_bw = accel.hbm_bandwidth_tb_per_s * 1e12

@@ -63,3 +63,26 @@ def test_rated_power_must_be_positive_and_finite() -> None:
             type(planner.load_cluster(CAPPED).accelerator).model_validate(
                 {**accel, "rated_power_w": bad}
             )
+
+
+def test_a_profile_measured_on_the_device_is_not_capped_twice() -> None:
+    from planner.costs.compute import make_device
+    from planner.profile import MeasuredDevice
+
+    accel = planner.load_cluster(CAPPED).accelerator
+    fitted = planner.default_profile(planner.load_cluster(CAPPED))
+    measured = fitted.model_copy(
+        update={
+            "device": MeasuredDevice(
+                name="H100 96GB at 500 W",
+                kind="cuda",
+                peak_tflops={"bf16": 700.0},
+                memory_bandwidth_gb_per_s=2000.0,
+            )
+        }
+    )
+    capped, as_measured = make_device(accel, fitted, "bf16"), make_device(accel, measured, "bf16")
+    assert capped.bf16_peak_flops == pytest.approx(
+        as_measured.bf16_peak_flops * accel.tensor_clock_fraction
+    )
+    assert as_measured.bf16_peak_flops == accel.peak_flops_per_s("bf16")
