@@ -54,16 +54,17 @@ NOTES = """\
   per-layer framework overheads (FSDP hooks, optimizer launches) that do not shrink with the
   model are only represented by a fixed per-kernel cost.
 * **The independent set leans one way** (2026-12-04): on its 108 scored dense rows the MAPE is
-  12.7% (p90 25.8%) but the signed mean is +10.3%: almost every miss is an over-prediction,
+  12.5% (p90 25.8%) but the signed mean is +10.1%: almost every miss is an over-prediction,
   where the public rows the globals are fitted on average about 0%. One cluster of it was a
   mechanism the planner now costs: the Grand Teton GPUs are capped at 500 W of the 700 W the
   H100's peaks are rated at, and the tensor clock is costed at (500/700)^(1/3) = 0.894 of the
   rated one (`AcceleratorSpec.tensor_clock_fraction`; a law, not a fit): its 33 torchtitan rows
   went from mean +17.0% (MAPE 18.1%) to +7.7% (12.9%), the dense rows from 14.0% (p90 29.3%,
   signed +12.8%) to the figures above; its float8 tensorwise rows now fall 5-14% under (fp8 may
-  draw less power per FLOP than bf16; one law serves both). Still over, each with a suspected
-  mechanism the planner does not cost: torchao's B200 rows run at 750 W on a cluster preset at
-  full power (+38..+59%), llm-foundry's Triton FlashAttention at long sequence (+17..+31% on
+  draw less power per FLOP than bf16; one law serves both). torchao's three B200 rows state the
+  750 W limit their source ran at (`power_limit_w`, 0.909 of the rated clock): bf16 +39 -> +28%, float8 tensorwise +38 -> +27%.
+  Still over, each with a suspected mechanism the planner does not cost: torchao's B200 float8
+  rows, llm-foundry's Triton FlashAttention at long sequence (+17..+31% on
   H100; the paper's A100 ratio over-corrects, docs/stacks.md), DeepSpeed's pipeline engine of
   MT-NLG and BLOOM (+18..+41%), and float8 rowwise (+23..+62%). No fit reads these rows.
 """

@@ -101,7 +101,30 @@ def load_model_cluster(args: argparse.Namespace) -> tuple[ModelSpec, Cluster]:
     args.cluster, cluster = _named(
         "--cluster", args.cluster, names.get("cluster"), planner.load_cluster, lambda c: c.id
     )
-    return model, cluster
+    return model, power_limited(args, cluster)
+
+
+POWER_LIMIT_HELP = (
+    "GPU power limit, W (nvidia-smi -pl): the tensor cores run at (limit / rated power)^(1/3) "
+    "of their rated clock; from a quarter of the accelerator's rated board power up to it "
+    "(default: the cluster's own)"
+)
+
+
+def add_power_limit_flag(p: argparse.ArgumentParser) -> None:
+    """``--power-limit-w`` (read back by :func:`power_limited`)."""
+    p.add_argument("--power-limit-w", type=float, default=None, help=POWER_LIMIT_HELP)
+
+
+def power_limited(args: argparse.Namespace, cluster: Cluster) -> Cluster:
+    """``cluster`` with the GPUs capped at ``--power-limit-w`` where it is given."""
+    watts = getattr(args, "power_limit_w", None)
+    if watts is None:
+        return cluster
+    try:
+        return cluster.with_power_limit(watts)
+    except PlannerError as exc:
+        raise PlannerError("--power-limit-w", exc.message, exc.valid) from None
 
 
 def add_layout_flags(p: argparse.ArgumentParser) -> None:
@@ -109,6 +132,7 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
     ``goodput`` and ``advise`` (read back by :func:`simulate_inputs`)."""
     p.add_argument("--model", default=None, help=MODEL_HELP + LAYOUT_NAMES_IT)
     p.add_argument("--cluster", default=None, help=CLUSTER_HELP + LAYOUT_NAMES_IT)
+    add_power_limit_flag(p)
     p.add_argument(
         "--gpus",
         type=int,

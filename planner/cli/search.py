@@ -18,7 +18,7 @@ from rich.console import Console
 
 import planner
 from planner.cli.common import CLUSTER_HELP, MODEL_HELP, add_profile_device_flag, console
-from planner.cli.inputs import NO_STACK, stack_flag
+from planner.cli.inputs import NO_STACK, add_power_limit_flag, power_limited, stack_flag
 from planner.errors import PlannerError, _shown
 from planner.profile import check_profile_device
 from planner.report import TIME_CATEGORIES
@@ -64,6 +64,7 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
     """The problem: model, cluster, GPU counts, batch, sequence, precision, objective."""
     p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--cluster", required=True, help=CLUSTER_HELP)
+    add_power_limit_flag(p)
     p.add_argument("--gpus", type=int, required=True, help="GPU count (smallest with --gpus-max)")
     p.add_argument(
         "--gpus-max",
@@ -364,7 +365,7 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
     except PlannerError as exc:
         raise PlannerError("--schedules", exc.message, exc.valid) from None
     model = planner.load_model(args.model)
-    cluster = planner.load_cluster(args.cluster)
+    cluster = power_limited(args, planner.load_cluster(args.cluster))
     counts = gpu_counts(args.gpus, args.gpus_max, cluster.spec.scale_up_domain_gpus)
     profile = planner.load_profile(args.profile) if args.profile else None
     if profile is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -162,3 +163,34 @@ class Cluster(_Frozen):
     id: str
     spec: ClusterSpec
     accelerator: AcceleratorSpec
+
+    def with_power_limit(self, watts: float) -> Cluster:
+        """This cluster with its GPUs capped at ``watts`` (``nvidia-smi -pl``): the board power
+        becomes the cap and the peaks stay rated at the accelerator's own power, so the tensor
+        clock follows :attr:`AcceleratorSpec.tensor_clock_fraction`. Valid: a finite value from
+        :data:`MIN_POWER_LIMIT_FRACTION` of the rated power up to it (a GPU's power limit
+        cannot go higher); a PlannerError naming ``power_limit_w`` otherwise."""
+        from planner.errors import PlannerError
+
+        accel = self.accelerator
+        rated = accel.rated_power_w or accel.tdp_w
+        if rated is None:
+            raise PlannerError(
+                "power_limit_w",
+                f"{accel.name} states no board power (tdp_w) to cap",
+                "an accelerator spec with tdp_w",
+            )
+        low = MIN_POWER_LIMIT_FRACTION * rated
+        valid = f"{low:,.0f} to {rated:,.0f} W for {accel.name}"
+        if isinstance(watts, bool) or not isinstance(watts, (int, float)):
+            raise PlannerError("power_limit_w", f"{watts!r} is not a number of watts", valid)
+        if not math.isfinite(watts) or not low <= watts <= rated:
+            raise PlannerError("power_limit_w", f"{watts} W is out of range", valid)
+        capped = accel.model_copy(update={"tdp_w": float(watts), "rated_power_w": rated})
+        return self.model_copy(update={"accelerator": capped})
+
+
+# the lowest power limit a cluster may be given, as a fraction of the rated board power (an
+# assumption: far below the rated power the voltage stops falling with the clock and the cube
+# law of AcceleratorSpec.tensor_clock_fraction no longer holds)
+MIN_POWER_LIMIT_FRACTION = 0.25

@@ -108,6 +108,13 @@ class CaseV2(_CaseBase):
         default=(), max_length=4, description="knobs the source does not state"
     )
     measured: CaseMeasuredV2
+    power_limit_w: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="the GPUs' power limit, W, where the source states one below the cluster "
+        "accelerator's rated power (nvidia-smi -pl; Cluster.with_power_limit checks the range)",
+    )
 
     @model_validator(mode="after")
     def _unstated_not_given(self) -> CaseV2:

@@ -67,6 +67,9 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         if case.stack not in stacks:
             raise PlannerError("stack", f"{case.stack!r} is not a shipped stack", ", ".join(stacks))
         stack, enforce, listed = load_stack(case.stack), True, case.unstated
+        if case.power_limit_w is not None:
+            cluster = cluster.with_power_limit(case.power_limit_w)
+            notes.append(f"GPUs power-limited to {case.power_limit_w:.0f} W (as the source states)")
     else:
         stack_id, note = stack_for_framework(
             case.framework, cluster, case.training.precision, strict, case.layout.zero

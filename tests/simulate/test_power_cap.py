@@ -86,3 +86,70 @@ def test_a_profile_measured_on_the_device_is_not_capped_twice() -> None:
         as_measured.bf16_peak_flops * accel.tensor_clock_fraction
     )
     assert as_measured.bf16_peak_flops == accel.peak_flops_per_s("bf16")
+
+
+def test_a_cluster_takes_a_power_limit_within_its_range() -> None:
+    from planner.errors import PlannerError
+
+    h100 = planner.load_cluster("dgx-h100")
+    capped = h100.with_power_limit(500)
+    assert capped.accelerator.tdp_w == 500 and capped.accelerator.rated_power_w == 700
+    assert capped.accelerator.tensor_clock_fraction == pytest.approx((500 / 700) ** (1 / 3))
+    # a capped cluster capped again keeps the rated power it was quoted at
+    again = planner.load_cluster(CAPPED).with_power_limit(600)
+    assert again.accelerator.rated_power_w == 700
+    assert h100.with_power_limit(700).accelerator.tensor_clock_fraction == 1.0
+    for bad in (900, 100, 0, -5, float("nan"), float("inf"), True, "600"):
+        with pytest.raises(PlannerError) as exc:
+            h100.with_power_limit(bad)  # type: ignore[arg-type]
+        assert exc.value.field == "power_limit_w"
+        assert "175 to 700 W" in str(exc.value)
+
+
+def test_the_cli_flag_caps_the_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.cli import main
+
+    base = [
+        "simulate", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8",
+        "--global-batch", "64", "--json",
+    ]  # fmt: skip
+    import json
+
+    assert main(base) in (0, None)
+    free = json.loads(capsys.readouterr().out)
+    assert main([*base, "--power-limit-w", "500"]) in (0, None)
+    capped = json.loads(capsys.readouterr().out)
+    assert capped["tokens_per_s_per_gpu"] < free["tokens_per_s_per_gpu"]
+    assert any("power cap 500 W" in a for a in capped["assumptions"])
+    assert main([*base, "--power-limit-w", "2000"]) not in (0, None)
+    assert "--power-limit-w: 2000.0 W is out of range" in capsys.readouterr().err
+
+
+def test_a_schema_2_case_states_its_power_limit() -> None:
+    from planner.validate.run import run_case
+
+    raw = {
+        "id": "capped",
+        "source": "test",
+        "quality": "partial",
+        "model": planner.load_model("llama3.1-8b").model_dump(
+            include={
+                "name", "layers", "hidden", "ffn_hidden", "activation", "heads", "kv_heads",
+                "head_dim", "vocab", "tied_embeddings", "moe", "mla",
+            },
+            mode="json",
+        ),
+        "cluster": "dgx-b200",
+        "num_gpus": 8,
+        "stack": "torchtitan-compiled",
+        "layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 3},
+        "training": {"seq_len": 8192, "global_batch": 8, "micro_batch": 1, "recompute": "none"},
+        "measured": {"tokens_per_s_per_gpu": 10000.0},
+    }  # fmt: skip
+    free = run_case(raw, planner.default_profile, 2)
+    capped = run_case({**raw, "power_limit_w": 750}, planner.default_profile, 2)
+    assert free["status"] == capped["status"] == "ok"
+    assert capped["predicted_tokens_per_s_per_gpu"] < free["predicted_tokens_per_s_per_gpu"]
+    assert "power-limited to 750 W" in capped["reason"]
+    bad = run_case({**raw, "power_limit_w": 5000}, planner.default_profile, 2)
+    assert bad["status"] != "ok" and "power_limit_w" in bad["reason"]
