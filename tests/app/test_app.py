@@ -131,6 +131,27 @@ def test_estimate_details_are_drawn_when_opened() -> None:
     assert any(cap.value.startswith("MFU = model FLOPs") for cap in at.caption)
 
 
+def test_estimate_power_limit_slows_the_cluster_it_belongs_to() -> None:
+    at = _app()
+    _ok(at)
+    cluster = at.selectbox(key="est_cluster").value
+    box = at.number_input(key=f"est_power_{cluster}")
+    rated = float(box.value)  # the default: the accelerator's board power
+    free = _metric(at, "Tokens/s per GPU")
+    box.set_value(rated * 0.6).run()
+    _ok(at)
+    capped = _metric(at, "Tokens/s per GPU")
+    assert float(capped.replace(",", "")) < float(free.replace(",", ""))
+    at.session_state["est_details_open"] = True
+    at.run()
+    assert any("power cap" in m.value for m in at.markdown)
+    # the Grand Teton preset starts at its 500 W cap, and may be raised to the rated 700 W
+    at.selectbox(key="est_cluster").set_value("grand-teton-h100-96gb").run()
+    _ok(at)
+    teton = at.number_input(key="est_power_grand-teton-h100-96gb")
+    assert (teton.value, teton.max) == (500.0, 700.0)
+
+
 def test_estimate_tp_and_gpus_change_tokens_per_s() -> None:
     at = _app()
     base = _metric(at, "Tokens/s")
