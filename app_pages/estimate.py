@@ -25,7 +25,7 @@ from planner.fixes import NO_FIX, Fix, memory_fixes
 from planner.legality import check_layout
 from planner.report import StepReport
 from planner.safe_io import dumps_strict
-from planner.specs.hardware import MIN_POWER_LIMIT_FRACTION, Cluster
+from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -348,26 +348,24 @@ def show_details(model: ModelSpec, cluster: Cluster, report: StepReport) -> None
     )
 
 
-def power_limit_input(cluster: Cluster, cluster_id: str) -> Cluster:
-    """``cluster`` with its GPUs at the power limit the user sets (W; default the board power
-    of the cluster's accelerator): below the power its peaks are rated at, the tensor clock
-    falls as the cube root of the ratio (``Cluster.with_power_limit``, docs/model.md)."""
-    accel = cluster.accelerator
-    rated = accel.rated_power_w or accel.tdp_w
-    if rated is None or accel.tdp_w is None:
-        return cluster  # no board power stated: nothing to cap
+def power_limit_input(cluster: Cluster) -> Cluster:
+    """``cluster`` with its GPUs at the power limit the user sets (W; 0: the board power of the
+    cluster's accelerator): below the power its peaks are rated at, the tensor clock falls as
+    the cube root of the ratio (``Cluster.with_power_limit``, docs/model.md). One widget with
+    fixed bounds for every cluster, so a cluster change does not rebuild it in the browser; a
+    limit outside the accelerator's range is an error naming it."""
     watts = st.number_input(
-        "GPU power limit (W)",
-        min_value=MIN_POWER_LIMIT_FRACTION * rated,
-        max_value=float(rated),
-        value=float(accel.tdp_w),
+        "GPU power limit (W, 0 = the accelerator's own)",
+        min_value=0.0,
+        max_value=100_000.0,
         step=25.0,
         format="%.0f",
-        key=f"est_power_{cluster_id}",  # each cluster starts at its own board power
-        help=f"nvidia-smi -pl: the peaks are rated at {rated:,.0f} W; below it the GEMMs and "
-        "attention run at (limit / rated)^(1/3) of the rated clock (HBM, links unchanged)",
+        key="est_power_limit",
+        help="nvidia-smi -pl: below the board power the peaks are rated at, the GEMMs and "
+        "attention run at (limit / rated)^(1/3) of the rated clock (HBM, links unchanged); "
+        "from a quarter of the rated power up to it",
     )
-    return cluster if watts == accel.tdp_w else cluster.with_power_limit(watts)
+    return cluster.with_power_limit(watts) if watts else cluster
 
 
 def body() -> None:
@@ -390,7 +388,11 @@ def body() -> None:
             f"TFLOP/s bf16, {cluster.accelerator.hbm_usable_gib:.1f} GiB usable HBM; "
             f"scale-up domain {cluster.spec.scale_up_domain_gpus} GPUs."
         )
-        cluster = power_limit_input(cluster, cluster_id)
+        try:
+            cluster = power_limit_input(cluster)
+        except PlannerError as exc:
+            st.error(c.one_line(exc))
+            return
     stack = stacks.stack_selector()
     st.subheader("Layout")
     gpus, values, cuda_graphs = extras.spec_inputs()

@@ -14,6 +14,7 @@ pytest.importorskip("plotly")
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+import planner  # noqa: E402
 from planner.resources import STACKS_DIR  # noqa: E402
 from planner.specs.loading import shipped_ids  # noqa: E402
 
@@ -131,25 +132,23 @@ def test_estimate_details_are_drawn_when_opened() -> None:
     assert any(cap.value.startswith("MFU = model FLOPs") for cap in at.caption)
 
 
-def test_estimate_power_limit_slows_the_cluster_it_belongs_to() -> None:
+def test_estimate_power_limit_caps_the_cluster() -> None:
     at = _app()
     _ok(at)
-    cluster = at.selectbox(key="est_cluster").value
-    box = at.number_input(key=f"est_power_{cluster}")
-    rated = float(box.value)  # the default: the accelerator's board power
+    box = at.number_input(key="est_power_limit")
+    assert box.value == 0  # the accelerator's own board power
     free = _metric(at, "Tokens/s per GPU")
-    box.set_value(rated * 0.6).run()
+    cluster = planner.load_cluster(at.selectbox(key="est_cluster").value)
+    box.set_value(0.6 * cluster.accelerator.tdp_w).run()
     _ok(at)
     capped = _metric(at, "Tokens/s per GPU")
     assert float(capped.replace(",", "")) < float(free.replace(",", ""))
     at.session_state["est_details_open"] = True
     at.run()
     assert any("power cap" in m.value for m in at.markdown)
-    # the Grand Teton preset starts at its 500 W cap, and may be raised to the rated 700 W
-    at.selectbox(key="est_cluster").set_value("grand-teton-h100-96gb").run()
-    _ok(at)
-    teton = at.number_input(key="est_power_grand-teton-h100-96gb")
-    assert (teton.value, teton.max) == (500.0, 700.0)
+    # above the accelerator's rated power: one line naming the field and the range
+    at.number_input(key="est_power_limit").set_value(5000.0).run()
+    assert any("power_limit_w" in e and "to" in e for e in _errors(at))
 
 
 def test_estimate_tp_and_gpus_change_tokens_per_s() -> None:
