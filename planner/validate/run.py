@@ -10,6 +10,7 @@ gets status "error" naming the field at fault; the run goes on.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -158,26 +159,46 @@ def _fitting(
         and training.optimizer_states == "fp32"
         and not _violates(i.stack, layout, training)
     ):
-        for states in REDUCED_STATES:
-            trial = training.with_changes(optimizer_states=states)
-            if _violates(i.stack, layout, trial):
-                break
-            got = simulate_step(
-                i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
+        trials = ((s, training.with_changes(optimizer_states=s)) for s in REDUCED_STATES)
+        found = _first_fit(i, layout, trials, profile)
+        if found is not None:
+            notes.append(
+                f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
+                f"{rep.usable_memory_gib:.1f}: schema 1 cannot state the optimizer's state "
+                f"dtypes; costed with optimizer_states {found[0]}, the largest that fits"
             )
-            if got.fits:
-                notes.append(
-                    f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
-                    f"{rep.usable_memory_gib:.1f}: schema 1 cannot state the optimizer's state "
-                    f"dtypes; costed with optimizer_states {states}, the largest that fits"
-                )
-                return got
+            return found[1]
     got = _offloaded(rep, i, layout, training, profile, notes)
     return got if got.fits else _recomputed(rep, i, layout, training, profile, notes)
 
 
+def _first_fit(
+    i: CaseInputs, layout: Layout, trials: Iterable[tuple[str, Training]], profile: Any
+) -> tuple[str, Any] | None:
+    """The first ``(label, report)`` of ``trials`` that the case's stack runs and whose step
+    fits in memory, else None."""
+    for label, trial in trials:
+        if _violates(i.stack, layout, trial):
+            continue
+        got = simulate_step(
+            i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
+        )
+        if got.fits:
+            return label, got
+    return None
+
+
 # recompute levels lighter to heavier (Training.recompute): what a schema 1 fallback may raise to
 RECOMPUTE_LEVELS = ("none", "selective", "full")
+
+
+def _at_recompute(i: CaseInputs, training: Training, level: str) -> Training:
+    """``training`` at recompute ``level`` (selective: with the stack's modules)."""
+    trial = training.with_changes(recompute=level, recompute_modules=None)
+    if level == "selective" and i.stack is not None:
+        modules = training_defaults(i.stack, i.model, trial).get("recompute_modules")
+        trial = trial.with_changes(recompute_modules=modules)
+    return trial
 
 
 def _recomputed(
@@ -188,26 +209,18 @@ def _recomputed(
     fit. Where nothing that leaves the recompute as stated fits, the lightest heavier level the
     stack runs that fits (selective with the stack's modules, then full), with a note that
     says the stated inputs do not fit; else ``rep`` unchanged."""
-    stated = RECOMPUTE_LEVELS.index(training.recompute)
-    for level in RECOMPUTE_LEVELS[stated + 1 :]:
-        trial = training.with_changes(recompute=level, recompute_modules=None)
-        if level == "selective" and i.stack is not None:  # the stack's modules
-            modules = training_defaults(i.stack, i.model, trial).get("recompute_modules")
-            trial = trial.with_changes(recompute_modules=modules)
-        if _violates(i.stack, layout, trial):
-            continue
-        got = simulate_step(
-            i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
-        )
-        if got.fits:
-            notes.append(
-                f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
-                f"{rep.usable_memory_gib:.1f} and nothing schema 1 cannot state makes them fit: "
-                f"costed with recompute {level} (stated {training.recompute}), the lightest "
-                "that fits; the run trained, so the stated recompute or layout is doubtful"
-            )
-            return got
-    return rep
+    heavier = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(training.recompute) + 1 :]
+    trials = ((level, _at_recompute(i, training, level)) for level in heavier)
+    found = _first_fit(i, layout, trials, profile)
+    if found is None:
+        return rep
+    notes.append(
+        f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
+        f"{rep.usable_memory_gib:.1f} and nothing schema 1 cannot state makes them fit: "
+        f"costed with recompute {found[0]} (stated {training.recompute}), the lightest "
+        "that fits; the run trained, so the stated recompute or layout is doubtful"
+    )
+    return found[1]
 
 
 def _violates(stack: Any, layout: Layout, training: Training) -> bool:

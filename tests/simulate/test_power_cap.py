@@ -123,33 +123,3 @@ def test_the_cli_flag_caps_the_cluster(capsys: pytest.CaptureFixture[str]) -> No
     assert any("power cap 500 W" in a for a in capped["assumptions"])
     assert main([*base, "--power-limit-w", "2000"]) not in (0, None)
     assert "--power-limit-w: 2000.0 W is out of range" in capsys.readouterr().err
-
-
-def test_a_schema_2_case_states_its_power_limit() -> None:
-    from planner.validate.run import run_case
-
-    raw = {
-        "id": "capped",
-        "source": "test",
-        "quality": "partial",
-        "model": planner.load_model("llama3.1-8b").model_dump(
-            include={
-                "name", "layers", "hidden", "ffn_hidden", "activation", "heads", "kv_heads",
-                "head_dim", "vocab", "tied_embeddings", "moe", "mla",
-            },
-            mode="json",
-        ),
-        "cluster": "dgx-b200",
-        "num_gpus": 8,
-        "stack": "torchtitan-compiled",
-        "layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 3},
-        "training": {"seq_len": 8192, "global_batch": 8, "micro_batch": 1, "recompute": "none"},
-        "measured": {"tokens_per_s_per_gpu": 10000.0},
-    }  # fmt: skip
-    free = run_case(raw, planner.default_profile, 2)
-    capped = run_case({**raw, "power_limit_w": 750}, planner.default_profile, 2)
-    assert free["status"] == capped["status"] == "ok"
-    assert capped["predicted_tokens_per_s_per_gpu"] < free["predicted_tokens_per_s_per_gpu"]
-    assert "power-limited to 750 W" in capped["reason"]
-    bad = run_case({**raw, "power_limit_w": 5000}, planner.default_profile, 2)
-    assert bad["status"] != "ok" and "power_limit_w" in bad["reason"]

@@ -436,3 +436,22 @@ def test_schema_2_states_recompute_so_it_is_never_raised() -> None:
     row = run_case(_no_fit_without_recompute(2, 1), planner.default_profile, 2)
     assert row["status"] == "infeasible"
     assert "costed with recompute" not in row["reason"]
+
+
+# ------------------------------------------------------------------ power limit (schema 2)
+
+
+def test_a_schema_2_case_states_its_power_limit() -> None:
+    raw = _v2(
+        cluster="dgx-b200",
+        framework="torchtitan-compiled",
+        layout={"tp": 1, "pp": 1, "dp": 8, "zero": 3},
+        training={"global_batch": 8, "recompute": "none"},
+    )
+    free = run_case(raw, planner.default_profile, 2)
+    capped = run_case({**raw, "power_limit_w": 750}, planner.default_profile, 2)
+    assert free["status"] == capped["status"] == "ok"
+    assert capped["predicted_tokens_per_s_per_gpu"] < free["predicted_tokens_per_s_per_gpu"]
+    assert "power-limited to 750 W" in capped["reason"]
+    bad = run_case({**raw, "power_limit_w": 5000}, planner.default_profile, 2)
+    assert bad["status"] != "ok" and "power_limit_w" in bad["reason"]
