@@ -368,6 +368,24 @@ def power_limit_input(cluster: Cluster) -> Cluster:
     return cluster.with_power_limit(watts) if watts else cluster
 
 
+def cluster_input() -> Cluster | None:
+    """The cluster column: the preset, what its accelerator offers and the GPUs' power limit
+    (None: the limit is out of range, and an error line says so)."""
+    cluster_id = st.selectbox("Cluster", c.cluster_ids(), key="est_cluster")
+    cluster = c.load_cluster(cluster_id)
+    st.session_state[c.LAST_CLUSTER] = cluster_id
+    st.caption(
+        f"{cluster.accelerator.name}: {cluster.accelerator.peak_tflops.bf16 or 0:,.0f} "
+        f"TFLOP/s bf16, {cluster.accelerator.hbm_usable_gib:.1f} GiB usable HBM; "
+        f"scale-up domain {cluster.spec.scale_up_domain_gpus} GPUs."
+    )
+    try:
+        return power_limit_input(cluster)
+    except PlannerError as exc:
+        st.error(c.one_line(exc))
+        return None
+
+
 def body() -> None:
     """The Estimate page."""
     c.init_state(extras.field_defaults() | DEFAULTS)
@@ -380,19 +398,9 @@ def body() -> None:
     with top[0]:
         model = model_input()
     with top[1]:
-        cluster_id = st.selectbox("Cluster", c.cluster_ids(), key="est_cluster")
-        cluster = c.load_cluster(cluster_id)
-        st.session_state[c.LAST_CLUSTER] = cluster_id
-        st.caption(
-            f"{cluster.accelerator.name}: {cluster.accelerator.peak_tflops.bf16 or 0:,.0f} "
-            f"TFLOP/s bf16, {cluster.accelerator.hbm_usable_gib:.1f} GiB usable HBM; "
-            f"scale-up domain {cluster.spec.scale_up_domain_gpus} GPUs."
-        )
-        try:
-            cluster = power_limit_input(cluster)
-        except PlannerError as exc:
-            st.error(c.one_line(exc))
-            return
+        cluster = cluster_input()
+    if cluster is None:
+        return
     stack = stacks.stack_selector()
     st.subheader("Layout")
     gpus, values, cuda_graphs = extras.spec_inputs()
