@@ -85,6 +85,12 @@ class AcceleratorSpec(_Frozen):
     def _check(self) -> AcceleratorSpec:
         if self.hbm_usable_gib > self.hbm_capacity_gib:
             raise ValueError("hbm_usable_gib exceeds hbm_capacity_gib")
+        rated, board = self.rated_power_w, self.tdp_w
+        if rated is not None and board is not None and rated < board:
+            raise ValueError(
+                f"rated_power_w {rated} is below tdp_w {board}: the peaks are rated at the "
+                "full power, tdp_w may only cap below it"
+            )
         return self
 
     @property

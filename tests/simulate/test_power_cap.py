@@ -58,7 +58,7 @@ def test_a_cap_slows_the_gemms_and_attention_only() -> None:
 
 def test_rated_power_must_be_positive_and_finite() -> None:
     accel = planner.load_cluster(CAPPED).accelerator.model_dump()
-    for bad in (0, -700, float("inf"), float("nan")):
+    for bad in (0, -700, float("inf"), float("nan"), 400):  # 400: below the 500 W cap
         with pytest.raises(ValidationError):
             type(planner.load_cluster(CAPPED).accelerator).model_validate(
                 {**accel, "rated_power_w": bad}
