@@ -30,6 +30,7 @@ MAX_MEMORY_GIB = 16_384.0  # per accelerator
 MAX_BANDWIDTH_GB_PER_S = 100_000.0  # one link or memory, GB/s
 MAX_LATENCY_US = 100_000.0  # one message or launch, us (0.1 s)
 MAX_PRICE_USD = 10_000.0  # per GPU-hour
+MAX_POWER_W = 100_000.0  # board power or power limit of one accelerator, W
 MAX_TEXT = 10_000  # characters of a name, description or source
 
 

@@ -12,6 +12,7 @@ from planner.specs.base import (
     MAX_GPUS,
     MAX_LATENCY_US,
     MAX_MEMORY_GIB,
+    MAX_POWER_W,
     MAX_PRICE_USD,
     MAX_TFLOPS,
     Spec,
@@ -52,12 +53,12 @@ class AcceleratorSpec(_Frozen):
         gt=0, le=1000, description="peak HBM bandwidth, TB/s (1e12 B/s)"
     )
     tdp_w: float | None = Field(
-        default=None, gt=0, le=100_000, description="board power, W (None: unknown)"
+        default=None, gt=0, le=MAX_POWER_W, description="board power, W (None: unknown)"
     )
     rated_power_w: float | None = Field(
         default=None,
         gt=0,
-        le=100_000,
+        le=MAX_POWER_W,
         description="board power at which peak_tflops are rated, W, where tdp_w is a cap below "
         "it (the same silicon run at a lower power limit); None: tdp_w, no cap",
     )

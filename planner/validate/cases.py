@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, create_model, model_validator
 from pydantic_core import PydanticUndefined
 
-from planner.specs.base import MAX_GPUS, Spec
+from planner.specs.base import MAX_GPUS, MAX_POWER_W, Spec
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
@@ -111,7 +111,7 @@ class CaseV2(_CaseBase):
     power_limit_w: float | None = Field(
         default=None,
         gt=0,
-        le=100_000,
+        le=MAX_POWER_W,
         description="the GPUs' power limit, W, where the source states one below the cluster "
         "accelerator's rated power (nvidia-smi -pl; Cluster.with_power_limit checks the range)",
     )

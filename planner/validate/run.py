@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 from pydantic import ValidationError
@@ -22,7 +22,7 @@ from planner.legality import check_layout
 from planner.resources import cases_path
 from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
-from planner.specs.layout import Layout, Training
+from planner.specs.layout import Layout, Recompute, Training
 from planner.specs.loading import read_yaml_file
 from planner.stacks import applied_violation, apply_stack, stack_violation, training_defaults
 from planner.unknowns import tuned_prediction
@@ -189,7 +189,7 @@ def _first_fit(
 
 
 # recompute levels lighter to heavier (Training.recompute): what a schema 1 fallback may raise to
-RECOMPUTE_LEVELS = ("none", "selective", "full")
+RECOMPUTE_LEVELS: tuple[str, ...] = get_args(Recompute)
 
 
 def _at_recompute(i: CaseInputs, training: Training, level: str) -> Training:
