@@ -27,6 +27,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 sync_api = pytest.importorskip("playwright.sync_api")
+PlaywrightTimeoutError = sync_api.TimeoutError
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -186,16 +187,19 @@ def select(page: Page, label: str, option: str) -> None:
 
 WATCH_RERUN = """() => {
   const app = document.querySelector("[data-testid='stApp']");
+  // one watcher at a time: an earlier call's watcher would otherwise still be listening
+  if (window.__rerunWatcher) window.__rerunWatcher.disconnect();
   window.__rerunDone = false;
   let ran = false;
   // a quick rerun can flip the state to running and back before the callback runs: the
   // records' old values still show that it ran
-  new MutationObserver((records) => {
+  window.__rerunWatcher = new MutationObserver((records) => {
     if (records.some((r) => r.oldValue === "running")) ran = true;
     const state = app.dataset.testScriptState;
     if (state === "running") ran = true;
     else if (ran && state === "notRunning") window.__rerunDone = true;
-  }).observe(app, {
+  });
+  window.__rerunWatcher.observe(app, {
     attributes: true,
     attributeOldValue: true,
     attributeFilter: ["data-test-script-state"],
@@ -203,9 +207,11 @@ WATCH_RERUN = """() => {
 }"""
 
 
-def widget_change_s(page: Page, label: str, option: str) -> float:
+def widget_change_s(page: Page, label: str, option: str) -> float | None:
     """Seconds from picking ``option`` in the selectbox ``label`` until the rerun it starts
-    has finished in the browser (a measurement, printed, never asserted)."""
+    has finished in the browser (a measurement, printed, never asserted). None when the
+    browser showed no rerun to time (a busy host can merge or miss one); the pick itself is
+    then checked and, if it did not take, made again."""
     box = page.get_by_test_id("stSelectbox").filter(has_text=label).first
     box.locator("input").click()
     choice = page.get_by_role("option", name=option, exact=True)
@@ -213,9 +219,15 @@ def widget_change_s(page: Page, label: str, option: str) -> float:
     page.evaluate(WATCH_RERUN)
     started = time.monotonic()
     choice.click()
-    page.wait_for_function("() => window.__rerunDone", polling="raf", timeout=120_000)
-    seconds = time.monotonic() - started
+    try:
+        page.wait_for_function("() => window.__rerunDone", polling="raf", timeout=30_000)
+        seconds: float | None = time.monotonic() - started
+    except PlaywrightTimeoutError:
+        seconds = None
     wait_for_app(page)
+    if seconds is None and box.locator("input").input_value() != option:
+        select(page, label, option)
+    sync_api.expect(box.locator("input")).to_have_value(option)
     return seconds
 
 
@@ -294,12 +306,11 @@ def test_estimate_picks_model_and_cluster(
     changes = [
         widget_change_s(page, "Cluster", "dgx-h200" if i % 2 == 0 else "dgx-h100") for i in range(5)
     ]
+    timed = [t for t in changes if t is not None]
     with capsys.disabled():
-        each = ", ".join(f"{t * 1000:.0f}" for t in changes)
-        print(
-            f"\nEstimate widget change (cluster) answered in {statistics.median(changes) * 1000:.0f}"
-            f" ms (median of {each} ms)"
-        )
+        each = ", ".join("not seen" if t is None else f"{t * 1000:.0f}" for t in changes)
+        median = f"{statistics.median(timed) * 1000:.0f} ms" if timed else "not timed"
+        print(f"\nEstimate widget change (cluster) answered in {median} (median of {each} ms)")
     main = page.get_by_test_id("stMain")
     sync_api.expect(main).to_contain_text("H200")
     open_expander(page, "Details")  # drawn only when open: names the model and the cluster
@@ -344,7 +355,8 @@ def test_compare_lists_generations(
     # another model: the six generations searched again inside the loaded app
     again = widget_change_s(page, "Model", "llama3.1-8b")
     with capsys.disabled():
-        print(f"Compare page, model changed: six generations answered in {again:.2f} s")
+        answered = "no rerun seen to time" if again is None else f"{again:.2f} s"
+        print(f"Compare page, model changed: six generations answered in {answered}")
     assert_no_errors(page)
     sync_api.expect(page.get_by_test_id("stVegaLiteChart")).to_have_count(4)
 
