@@ -2,8 +2,10 @@
 
 * GEMM: t = 2mnk / (peak x eta_dtype x s(m)s(n)s(k) u) + fixed, s(d) = d / (d + dim_half),
   u the tile / wave quantization over the accelerator's SM count (planner/costs/waves.py),
-  fitted jointly over dtypes by least squares on log time (one dim_half and fixed cost,
-  one eta per dtype).
+  one dim_half and fixed cost fitted jointly over dtypes by least squares on log time. On a
+  GPU eta_dtype is the best measured throughput over the datasheet peak (the MAMF convention
+  of the public tables that the shipped profiles and the global sustained fraction are built
+  on); on a CPU it is fitted with the shape terms.
 * Attention: eta(S) = eta_max S / (S + seq_half) for forward and backward, FLOPs in the
   FlashAttention convention (forward 4 b h S^2 d, halved for causal; backward 2.5x).
 * Memory-bound ops: t = bytes / bandwidth_op + fixed (non-negative least squares), one
@@ -19,12 +21,15 @@ none, so its best measured GEMM throughput per dtype is its "peak" (``MeasuredDe
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import curve_fit, least_squares, nnls
 
-from calibration.samples import SuiteResult
+from calibration.samples import AttentionSample, SuiteResult
+from calibration.suite.memory import ADAMW_BYTES_PER_ELEMENT
 from planner.costs.comms import _factor
+from planner.costs.elementwise import ADAM_BYTES, CLIP_NORM_READ_BYTES
 from planner.costs.waves import wave_utilization
 from planner.profile import (
     AttentionEfficiency,
@@ -32,11 +37,19 @@ from planner.profile import (
     CollectiveFit,
     CommEfficiency,
     GemmEfficiency,
+    HostOverhead,
     MeasuredDevice,
     MemoryEfficiency,
     load_profile,
 )
 from planner.specs.hardware import AcceleratorSpec
+
+FOREACH_ADAM_PASS_BYTES = ADAM_BYTES["foreach"] - CLIP_NORM_READ_BYTES
+"""HBM bytes per parameter of the passes of PyTorch's foreach AdamW as the simulator counts
+them (planner/costs/elementwise.py), without the gradient-norm read the suite does not run."""
+
+PASS_BYTES = {"adamw": FOREACH_ADAM_PASS_BYTES / ADAMW_BYTES_PER_ELEMENT}
+"""Simulator bytes over suite bytes per memory op, where they differ (1 elsewhere)."""
 
 # Every file this fit reads (tests/calibration/test_fit_inputs.py): none. It fits the samples
 # ``planner calibrate`` measured in this process (a SuiteResult in memory), nothing else.
@@ -58,11 +71,20 @@ def measured_peaks(suite: SuiteResult) -> dict[str, float]:
 
 
 def fit_gemm(
-    suite: SuiteResult, peaks_tflops: dict[str, float], sm_count: int | None = None
+    suite: SuiteResult,
+    peaks_tflops: dict[str, float],
+    sm_count: int | None = None,
+    eta_as_mamf: bool = False,
 ) -> tuple[GemmEfficiency, dict]:
-    """Joint fit of (dim_half, fixed_us, eta per dtype) with the tile / wave quantization of
-    each measured shape over ``sm_count`` SMs held fixed (planner/costs/waves.py; None: a CPU,
-    none); returns the fit and its residuals."""
+    """(dim_half, fixed_us) and an eta per dtype, with the tile / wave quantization of each
+    measured shape over ``sm_count`` SMs held fixed (planner/costs/waves.py; None: a CPU,
+    none), by least squares on log time; returns the fit and its residuals.
+
+    ``eta_as_mamf`` (a GPU relative to its datasheet): eta is the best measured throughput over
+    the peak, the convention of the public tables (stas00/ml-engineering's MAMF, "maximum
+    achievable matmul FLOPS") on which the shipped profiles and the global sustained fraction
+    are built, and only the shape terms are fitted. Otherwise (a CPU relative to its own best
+    throughput, no sustained fraction) eta is fitted with them."""
     dtypes = sorted({g.dtype for g in suite.gemm if g.dtype in peaks_tflops})
     rows = [g for g in suite.gemm if g.dtype in dtypes]
     m = np.array([g.m for g in rows], float)
@@ -72,16 +94,23 @@ def fit_gemm(
     peak = np.array([peaks_tflops[g.dtype] * 1e12 for g in rows])
     idx = np.array([dtypes.index(g.dtype) for g in rows])
     waves = np.array([wave_utilization(g.m, g.n, g.k, sm_count) for g in rows], float)
+    flops = 2 * m * n * k
+    efficiency = flops / t / peak
+    mamf = np.array([efficiency[idx == i].max() for i in range(len(dtypes))])
 
     def model(x: np.ndarray) -> np.ndarray:
-        half, fixed, etas = x[0], x[1], x[2:]
-        return 2 * m * n * k / (peak * etas[idx] * _shape(m, n, k, half) * waves) + fixed * 1e-6
+        half, fixed = x[0], x[1]
+        etas = mamf if eta_as_mamf else x[2:]
+        return flops / (peak * etas[idx] * _shape(m, n, k, half) * waves) + fixed * 1e-6
 
-    x0 = np.r_[32.0, 5.0, np.full(len(dtypes), 0.8)]
-    lo = np.r_[1.0, 0.0, np.full(len(dtypes), 0.01)]
-    hi = np.r_[4096.0, 1e5, np.full(len(dtypes), 1.5)]
+    x0, lo, hi = np.r_[32.0, 5.0], np.r_[1.0, 0.0], np.r_[4096.0, 1e5]
+    if not eta_as_mamf:
+        x0 = np.r_[x0, np.full(len(dtypes), 0.8)]
+        lo = np.r_[lo, np.full(len(dtypes), 0.01)]
+        hi = np.r_[hi, np.full(len(dtypes), 1.5)]
     res = least_squares(lambda x: np.log(model(x) / t), x0, bounds=(lo, hi))
-    half, fixed, etas = res.x[0], res.x[1], res.x[2:]
+    half, fixed = res.x[0], res.x[1]
+    etas = mamf if eta_as_mamf else res.x[2:]
     rel = model(res.x) / t - 1.0
     eta = {d: float(min(e, 1.0)) for d, e in zip(dtypes, etas, strict=True)}
     if "bf16" not in eta:  # the profile schema keys the fallback on bf16
@@ -94,6 +123,8 @@ def fit_gemm(
     return fit, {
         "gemm_median_abs_rel_error": float(np.median(np.abs(rel))),
         "gemm_max_abs_rel_error": float(np.max(np.abs(rel))),
+        "gemm_median_signed_rel_error": float(np.median(rel)),
+        "gemm_eta": "mamf" if eta_as_mamf else "fitted",
     }
 
 
@@ -101,9 +132,12 @@ def _sat(s: np.ndarray, eta: float, half: float) -> np.ndarray:
     return eta * s / (s + half)
 
 
-def fit_attention(suite: SuiteResult, peak_flops: float) -> tuple[AttentionEfficiency, dict]:
-    """Saturating efficiency in sequence length for the forward and backward kernels."""
-    a = suite.attention
+def fit_attention(
+    samples: Sequence[AttentionSample], peak_flops: float
+) -> tuple[AttentionEfficiency, dict]:
+    """Saturating efficiency in sequence length for the forward and backward kernels of one
+    SDPA backend's samples."""
+    a = samples
     s = np.array([x.seq for x in a], float)
     fwd_flops = np.array(
         [4.0 * x.batch * x.heads * x.seq**2 * x.head_dim * (0.5 if x.causal else 1.0) for x in a]
@@ -125,9 +159,53 @@ def fit_attention(suite: SuiteResult, peak_flops: float) -> tuple[AttentionEffic
     return fit, {"attention_median_abs_rel_error": float(np.median(err))}
 
 
+def fit_attention_backends(
+    suite: SuiteResult, peak_flops: float, base: CalibrationProfile | None
+) -> tuple[dict[str, AttentionEfficiency | None], dict]:
+    """The profile's attention curves from the samples of each SDPA backend.
+
+    "flash" (FlashAttention-2 kernels) fills ``attention_flash2`` and "cudnn"
+    ``attention_cudnn``; "default" (SDPA's own choice: a CPU, or an older samples file) fills
+    ``attention``. FlashAttention-3, the ``attention`` curve of a GPU, is not in torch: it stays
+    the public-figure profile's (``base``) where there is one, else the better measured curve.
+    A backend with no samples keeps ``base``'s curve (None without one)."""
+    groups: dict[str, list[AttentionSample]] = defaultdict(list)
+    for x in suite.attention:
+        groups[x.backend].append(x)
+    fits: dict[str, AttentionEfficiency] = {}
+    errs: dict[str, float] = {}
+    for backend, samples in sorted(groups.items()):
+        fits[backend], err = fit_attention(samples, peak_flops)
+        errs[backend] = err["attention_median_abs_rel_error"]
+    measured = [fits[b] for b in ("cudnn", "flash") if b in fits]
+    if "default" in fits:
+        fused = fits["default"]
+    elif base is not None:
+        fused = base.attention
+    else:
+        fused = max(measured, key=lambda f: f.eta_max_fwd + f.eta_max_bwd)
+    curves = {
+        "attention": fused,
+        "attention_flash2": fits.get("flash", base.attention_flash2 if base else None),
+        "attention_cudnn": fits.get("cudnn", base.attention_cudnn if base else None),
+    }
+    report = {
+        "attention_median_abs_rel_error": float(np.median(list(errs.values()))),
+        "attention_backends_measured": sorted(fits),
+    }
+    return curves, report
+
+
 def fit_memory(suite: SuiteResult, reference_bytes_per_s: float) -> tuple[MemoryEfficiency, dict]:
     """t = bytes / bandwidth_op + fixed: one bandwidth per op, one fixed cost (non-negative
-    least squares on relative error); eta per op = bandwidth over the reference."""
+    least squares on relative error); eta per op = bandwidth over the reference.
+
+    The suite counts bytes by the STREAM convention (each byte the op must move, once), the
+    simulator by the passes the kernel makes. Where they differ the effective bandwidth is put
+    in the simulator's count: the suite's AdamW is PyTorch's foreach AdamW, which the simulator
+    costs at :data:`FOREACH_ADAM_PASS_BYTES` per parameter against the suite's 28, so its eta
+    is the bandwidth of those passes (counted once, a measured foreach step is costed at its
+    measured time instead of three times it)."""
     ops = sorted({x.op for x in suite.memory})
     b = np.array([x.bytes_moved for x in suite.memory])
     t = np.array([x.seconds for x in suite.memory])
@@ -138,7 +216,9 @@ def fit_memory(suite: SuiteResult, reference_bytes_per_s: float) -> tuple[Memory
     rel = design @ np.r_[inv_bw, fixed] - 1.0
     bws = {op: 1.0 / ib for op, ib in zip(ops, inv_bw, strict=True)}
     op_eta = {
-        op: max(round(float(min(bw / reference_bytes_per_s, 1.0)), 4), 1e-4)
+        op: max(
+            round(float(min(bw * PASS_BYTES.get(op, 1.0) / reference_bytes_per_s, 1.0)), 4), 1e-4
+        )
         for op, bw in bws.items()
     }
     fit = MemoryEfficiency(
@@ -204,18 +284,26 @@ def fit_profile(
         }
         ref_bw = accelerator.hbm_bandwidth_tb_per_s * 1e12
         attn_peak = accelerator.peak_flops_per_s("bf16")
-        base = load_profile(accelerator.profile)
+        base: CalibrationProfile | None = load_profile(accelerator.profile)
         comm = base.comm
         sustained = base.gemm.sustained_fraction
+        host = base.host  # a global fit (calibration/fit_global.py), not measured here
     else:
+        base = None
+        host = HostOverhead()
         ref_peaks, ref_bw = peaks, copy_bw
         attn_dtype = "bf16" if meta.device == "cuda" and "bf16" in peaks else "fp32"
         attn_peak = peaks.get(attn_dtype, max(peaks.values())) * 1e12
         comm = CommEfficiency(scale_up_eta=1.0, scale_out_eta=1.0, **CPU_COMM)
         sustained = 1.0
-    gemm, g_err = fit_gemm(suite, ref_peaks, accelerator.sm_count if accelerator else None)
+    gemm, g_err = fit_gemm(
+        suite,
+        ref_peaks,
+        accelerator.sm_count if accelerator else None,
+        eta_as_mamf=accelerator is not None,
+    )
     gemm = gemm.model_copy(update={"sustained_fraction": sustained})
-    attn, a_err = fit_attention(suite, attn_peak)
+    attn, a_err = fit_attention_backends(suite, attn_peak, base)
     mem, m_err = fit_memory(suite, ref_bw)
     colls, c_err = fit_collectives(suite)
     return CalibrationProfile(
@@ -224,9 +312,10 @@ def fit_profile(
         method=f"measured by planner calibrate ({'quick' if meta.quick else 'full'} suite) on "
         f"{meta.device_name}, fitted by calibration/fit_measured.py",
         gemm=gemm,
-        attention=attn,
+        **attn,
         memory=mem,
         comm=comm,
+        host=host,
         collectives=colls,
         device=device,
         metadata=meta.model_dump() | {"fit": g_err | a_err | m_err | c_err},

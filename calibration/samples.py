@@ -14,6 +14,10 @@ SAMPLES_SCHEMA_VERSION = 1
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 MemoryOp = Literal["copy", "rmsnorm", "layernorm", "softmax_xent", "adamw"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8"]
+SdpaBackend = Literal["default", "flash", "cudnn"]
+"""Which kernel scaled_dot_product_attention ran: "default" is SDPA's own choice (a CPU, and
+sample files from before backends were measured apart); "flash" its FlashAttention-2 backend,
+"cudnn" its cuDNN fused-attention backend, each forced with ``torch.nn.attention.sdpa_kernel``."""
 
 
 class _Frozen(BaseModel):
@@ -41,6 +45,7 @@ class AttentionSample(_Frozen):
     dtype: Dtype
     fwd_seconds: float = Field(gt=0)
     bwd_seconds: float = Field(gt=0, description="backward only (not forward + backward)")
+    backend: SdpaBackend = "default"
 
 
 class MemorySample(_Frozen):

@@ -7,7 +7,7 @@ README's own first command, and then every ```bash``` and ```python``` block run
 command failing the test on a non-zero exit or a traceback. What is not run, and why:
 
 * the README's test command (``ruff ... && pytest -q``): it is this suite, which CI runs;
-* ``bash benchmarks/gpu_check.sh`` without an NVIDIA GPU (it is the prepared GPU run);
+* ``bash benchmarks/device/gpu_session.sh`` without an NVIDIA GPU (it is the prepared GPU run);
 * ``planner app`` is started, must answer HTTP on its port within ``APP_WAIT_S``, then stopped.
 
 Optional arguments written in brackets (``[--device cuda]``) are dropped before running.
@@ -131,7 +131,7 @@ def test_every_readme_block_runs_from_a_fresh_clone(tmp_path: Path) -> None:
         for cmd in bash_commands(body):
             if _is_test_command(cmd):
                 continue  # the suite itself: CI runs it
-            if "gpu_check.sh" in cmd and not _has_gpu():
+            if "gpu_session.sh" in cmd and not _has_gpu():
                 continue
             activated = (
                 cmd if cmd.startswith("python3 -m venv") else f". .venv/bin/activate && {cmd}"

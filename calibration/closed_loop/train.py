@@ -88,6 +88,35 @@ def _timed_loop(
     return times
 
 
+# torch's SDPA backends as the stack field that names each kernel (planner/specs/stack.py)
+SDPA_AS_STACK_ATTENTION = {
+    "FLASH_ATTENTION": "sdpa_flash",
+    "CUDNN_ATTENTION": "cudnn_fused",
+    "EFFICIENT_ATTENTION": "sdpa_mem_efficient",
+    "MATH": "math",
+}
+
+
+def sdpa_backend(
+    spec: ModelSpec, seq_len: int, micro_batch: int, device: torch.device, dtype: torch.dtype
+) -> str:
+    """The backend ``F.scaled_dot_product_attention`` picks by itself for the model's causal
+    attention, read from torch's dispatcher (``torch._fused_sdp_choice``, a private function:
+    "unknown" where it is missing or refuses). Recent torch releases prefer cuDNN on Hopper,
+    older ones FlashAttention-2, so the kernel a closed loop ran is read, not assumed."""
+    from torch.nn.attention import SDPBackend
+
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return "unknown"
+    shape = (micro_batch, spec.heads, seq_len, spec.d_head)
+    q = torch.empty(shape, device=device, dtype=dtype, requires_grad=True)
+    try:
+        return SDPBackend(choose(q, q, q, None, 0.0, True)).name
+    except (RuntimeError, ValueError):
+        return "unknown"
+
+
 def _result(
     times: list[float],
     params: int,
@@ -95,8 +124,10 @@ def _result(
     seq_len: int,
     device: torch.device,
     dtype: torch.dtype,
+    backend: str = "unknown",
 ) -> dict[str, Any]:
     return {
+        "sdpa_backend": backend,
         "median_step_s": statistics.median(times),
         "step_times_s": times,
         "params": params,
@@ -130,8 +161,8 @@ def measure_training_step(
 
     ``dtype`` is the compute precision (default: bfloat16 autocast on CUDA, float32 on CPU).
     Returns ``median_step_s`` and ``step_times_s`` (seconds), ``params`` (elements),
-    ``tokens_per_step`` (``micro_batch * seq_len``), ``device``, ``dtype`` (name) and ``threads``
-    (``torch.get_num_threads()``).
+    ``tokens_per_step`` (``micro_batch * seq_len``), ``device``, ``dtype`` (name), ``threads``
+    (``torch.get_num_threads()``) and ``sdpa_backend`` (:func:`sdpa_backend`).
     """
     _check_args(steps, warmup, micro_batch, seq_len)
     dev = torch.device(device)
@@ -141,7 +172,8 @@ def measure_training_step(
     times = _timed_loop(
         model, spec.vocab, seq_len, micro_batch, steps, warmup, dev, compute_dtype, seed
     )
-    return _result(times, model.num_params(), micro_batch, seq_len, dev, compute_dtype)
+    backend = sdpa_backend(spec, seq_len, micro_batch, dev, compute_dtype)
+    return _result(times, model.num_params(), micro_batch, seq_len, dev, compute_dtype, backend)
 
 
 def _free_port() -> int:
@@ -199,7 +231,8 @@ def _ddp_worker(
             barrier=True,
         )
         if rank == 0:
-            result = _result(times, params, micro_batch, seq_len, dev, compute_dtype)
+            backend = sdpa_backend(spec, seq_len, micro_batch, dev, compute_dtype)
+            result = _result(times, params, micro_batch, seq_len, dev, compute_dtype, backend)
             result["world_size"] = world_size
             result["threads_per_rank"] = torch.get_num_threads()
             Path(out_path).write_text(json.dumps(result))

@@ -9,6 +9,12 @@ Forward and backward are timed separately, as FlashAttention's own benchmarks
   hook of :func:`~calibration.suite.timing.time_op`), then only ``out.backward(grad)`` is
   timed, with ``q/k/v.grad`` reset to ``None`` so no gradient accumulation is included.
 
+On CUDA each backend the planner costs apart is forced in turn (``torch.nn.attention.
+sdpa_kernel``): "flash" (FlashAttention-2 kernels, the planner's flash2 curve) and "cudnn"
+(cuDNN fused attention, its cudnn curve); a backend that refuses a shape or dtype is skipped.
+SDPA's own choice differs by torch version (recent releases prefer cuDNN on Hopper), so the
+unforced call would not say which kernel was timed. On a CPU the one backend is "default".
+
 Tensors are (batch, heads, seq, head_dim), random normal. FLOPs (for whoever fits these):
 forward 4 * batch * heads * seq^2 * head_dim (halved by a causal-aware kernel), backward
 2.5x forward. Times are medians in seconds.
@@ -16,12 +22,13 @@ forward 4 * batch * heads * seq^2 * head_dim (halved by a causal-aware kernel), 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
-from calibration.samples import AttentionSample, Dtype
+from calibration.samples import AttentionSample, Dtype, SdpaBackend
 from calibration.suite.timing import (
     TORCH_DTYPES,
     ProgressFn,
@@ -67,14 +74,46 @@ def attention_dtypes(device: str, quick: bool) -> list[Dtype]:
     return ["fp32"] if quick else ["fp32", "bf16"]
 
 
+def attention_backends(device: str) -> list[SdpaBackend]:
+    """The SDPA backends measured apart: flash and cuDNN on CUDA, SDPA's own choice on a CPU."""
+    if torch.device(device).type == "cuda":
+        return ["flash", "cudnn"]
+    return ["default"]
+
+
+def _forced(backend: SdpaBackend) -> contextlib.AbstractContextManager[object]:
+    """A context in which SDPA runs only ``backend`` (no restriction for "default")."""
+    if backend == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    chosen = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    return sdpa_kernel([chosen[backend]])
+
+
 def time_attention(
     config: AttnConfig,
     dtype: Dtype,
     device: str = "cpu",
     settings: TimingSettings | None = None,
     causal: bool = True,
+    backend: SdpaBackend = "default",
 ) -> AttentionSample:
-    """Median forward and backward-only seconds of one causal SDPA call."""
+    """Median forward and backward-only seconds of one causal SDPA call on ``backend``.
+
+    Raises RuntimeError where the forced backend cannot run the call."""
+    with _forced(backend):
+        return _time_attention(config, dtype, device, settings, causal, backend)
+
+
+def _time_attention(
+    config: AttnConfig,
+    dtype: Dtype,
+    device: str,
+    settings: TimingSettings | None,
+    causal: bool,
+    backend: SdpaBackend,
+) -> AttentionSample:
     cfg = settings or timing_settings(device, quick=True)
     batch, heads, seq, head_dim = config
     tdt = TORCH_DTYPES[dtype]
@@ -113,6 +152,7 @@ def time_attention(
         dtype=dtype,
         fwd_seconds=fwd_s,
         bwd_seconds=bwd_s,
+        backend=backend,
     )
 
 
@@ -122,17 +162,26 @@ def bench_attention(
     device: str = "cpu",
     settings: TimingSettings | None = None,
     progress: ProgressFn | None = None,
+    backends: Sequence[SdpaBackend] = ("default",),
 ) -> list[AttentionSample]:
-    """One :class:`AttentionSample` per (config, dtype)."""
-    total = len(configs) * len(dtypes)
+    """One :class:`AttentionSample` per (backend, config, dtype); a forced backend that
+    refuses a call (RuntimeError: not built, or not for that shape or dtype) is skipped."""
+    total = len(configs) * len(dtypes) * len(backends)
     samples: list[AttentionSample] = []
+    done = 0
     if progress is not None:
         progress(STAGE, 0, total)
-    for dtype in dtypes:
-        for config in configs:
-            samples.append(time_attention(config, dtype, device, settings))
-            if progress is not None:
-                progress(STAGE, len(samples), total)
+    for backend in backends:
+        for dtype in dtypes:
+            for config in configs:
+                try:
+                    samples.append(time_attention(config, dtype, device, settings, True, backend))
+                except RuntimeError:
+                    if backend == "default":
+                        raise
+                done += 1
+                if progress is not None:
+                    progress(STAGE, done, total)
     return samples
 
 
@@ -148,4 +197,5 @@ def run_attention(
         device,
         timing_settings(device, quick),
         progress,
+        attention_backends(device),
     )

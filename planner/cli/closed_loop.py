@@ -10,8 +10,14 @@ from typing import Any
 
 import planner
 from planner.cli import calibrate
+from planner.cli.inputs import NO_STACK, stack_flag
 from planner.errors import PlannerError
 from planner.profile import CalibrationProfile
+from planner.report import StepReport
+from planner.specs.model import ModelSpec
+from planner.specs.stack import StackSpec
+
+CLOSED_LOOP_STACK = "torchtitan-eager"
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -32,6 +38,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--profile", default=None, help="profile JSON (default: run the quick suite now)"
     )
     cl.add_argument("--cluster", default="dgx-h200", help="cluster for --device cuda")
+    cl.add_argument(
+        "--stack",
+        default=CLOSED_LOOP_STACK,
+        help=f"software stack the prediction is costed under (default {CLOSED_LOOP_STACK}: the "
+        "closed-loop GPT is eager PyTorch with SDPA, unfused norms and foreach AdamW, which is "
+        f"that stack's kernels; {NO_STACK}: the inputs as given)",
+    )
     cl.add_argument("--json", action="store_true")
     return cl
 
@@ -45,12 +58,13 @@ def closed_loop(
     steps: int,
     profile: CalibrationProfile | None,
     cluster_id: str = "dgx-h200",
+    stack: StackSpec | None = None,
 ) -> dict:
-    """Measure real steps, predict the same step, and compare (the acceptance test)."""
+    """Measure real steps, predict the same step, and compare (the acceptance test).
+
+    ``stack``: the stack the prediction is costed under (None: the inputs as given)."""
     calibrate.require_torch()
     from calibration.closed_loop.train import measure_ddp_step, measure_training_step
-    from calibration.measured_cluster import measured_cluster
-    from planner.simulate import simulate_step
 
     if ddp < 1:
         raise PlannerError("--ddp", f"ddp={ddp}", "1 or more")
@@ -78,6 +92,53 @@ def closed_loop(
         measured = measure_training_step(
             model, seq_len=seq_len, micro_batch=micro_batch, steps=steps, device=device
         )
+    stack = with_measured_attention(stack, measured.get("sdpa_backend", "unknown"))
+    report = predicted_report(model, device, ddp, seq_len, micro_batch, profile, cluster_id, stack)
+    pred, meas = report.step_time_s, measured["median_step_s"]
+    return {
+        "measured_step_s": meas,
+        "predicted_step_s": pred,
+        "error_pct": (pred - meas) / meas * 100.0,
+        "device": measured.get("device", device),
+        "profile": profile.id,
+        "stack": stack.name if stack is not None else NO_STACK,
+        "sdpa_backend": measured.get("sdpa_backend", "unknown"),
+        "attention": stack.kernels.attention if stack is not None else None,
+        "ddp": ddp,
+        "model": model.name,
+        "predicted_breakdown_s": report.time_breakdown_s,
+        "measured_step_times_s": measured.get("step_times_s"),
+    }
+
+
+def with_measured_attention(stack: StackSpec | None, backend: str) -> StackSpec | None:
+    """``stack`` with its attention kernel replaced by the one SDPA ran in the measured loop
+    (``backend``: a torch SDPBackend name, as
+    :func:`calibration.closed_loop.train.sdpa_backend` reads it); unchanged when unknown."""
+    from calibration.closed_loop.train import SDPA_AS_STACK_ATTENTION
+
+    impl = SDPA_AS_STACK_ATTENTION.get(backend)
+    if stack is None or impl is None or impl == stack.kernels.attention:
+        return stack
+    kernels = stack.kernels.model_copy(update={"attention": impl})
+    return stack.model_copy(update={"kernels": kernels})
+
+
+def predicted_report(
+    model: ModelSpec,
+    device: str,
+    ddp: int,
+    seq_len: int,
+    micro_batch: int,
+    profile: CalibrationProfile,
+    cluster_id: str = "dgx-h200",
+    stack: StackSpec | None = None,
+) -> StepReport:
+    """The simulator's report of the closed loop's step: data parallel over ``ddp`` ranks, fp32
+    on a CPU (the measured host as a cluster), bf16 on ``cluster_id`` for CUDA."""
+    from calibration.measured_cluster import measured_cluster
+    from planner.simulate import simulate_step
+
     if device == "cpu":
         cluster = measured_cluster(_per_rank(profile, ddp), ranks=ddp)
         precision = "fp32"
@@ -91,19 +152,23 @@ def closed_loop(
         global_batch=micro_batch * ddp,
         precision=precision,
     )
-    report = simulate_step(model, cluster, layout, training, _per_rank(profile, ddp))
-    pred, meas = report.step_time_s, measured["median_step_s"]
-    return {
-        "measured_step_s": meas,
-        "predicted_step_s": pred,
-        "error_pct": (pred - meas) / meas * 100.0,
-        "device": measured.get("device", device),
-        "profile": profile.id,
-        "ddp": ddp,
-        "model": model.name,
-        "predicted_breakdown_s": report.time_breakdown_s,
-        "measured_step_times_s": measured.get("step_times_s"),
-    }
+    return simulate_step(model, cluster, layout, training, _per_rank(profile, ddp), stack=stack)
+
+
+def predict_step(
+    model_id: str,
+    device: str,
+    ddp: int,
+    seq_len: int,
+    micro_batch: int,
+    profile: CalibrationProfile,
+    stack: StackSpec | None = None,
+    cluster_id: str = "dgx-h200",
+) -> float:
+    """Predicted seconds of the closed loop's step (no measurement)."""
+    model = planner.load_model(model_id)
+    report = predicted_report(model, device, ddp, seq_len, micro_batch, profile, cluster_id, stack)
+    return report.step_time_s
 
 
 def _per_rank(profile: CalibrationProfile, ranks: int) -> CalibrationProfile:
@@ -134,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
         args.steps,
         profile,
         args.cluster,
+        stack_flag(args, CLOSED_LOOP_STACK),
     )
     if args.json:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
@@ -142,6 +208,6 @@ def run(args: argparse.Namespace) -> int:
             f"{out['model']} on {out['device']} (ddp {out['ddp']}): measured "
             f"{out['measured_step_s'] * 1e3:.1f} ms/step, predicted "
             f"{out['predicted_step_s'] * 1e3:.1f} ms/step, error {out['error_pct']:+.1f}% "
-            f"(profile {out['profile']})\n"
+            f"(profile {out['profile']}, stack {out['stack']})\n"
         )
     return 0

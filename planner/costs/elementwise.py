@@ -201,7 +201,12 @@ def adam_bytes_per_param(kernel: str = "fused", states: str = "fp32") -> float:
     return ADAM_BYTES[kernel] - ADAM_STATE_SAVING[states]
 
 
-ADAM_BYTES = {"fused": 16 + 12 + 2 + 4, "foreach": 80 + 4, "per_tensor": 88 + 4}
+CLIP_NORM_READ_BYTES = 4  # the fp32 gradient read once more for the clipping norm
+ADAM_BYTES = {
+    "fused": 16 + 12 + 2 + CLIP_NORM_READ_BYTES,
+    "foreach": 80 + CLIP_NORM_READ_BYTES,
+    "per_tensor": 88 + CLIP_NORM_READ_BYTES,
+}
 ADAM_STATE_SAVING = {"fp32": 0, "fp32_remainders": 2 + 2, "bf16": 2 + 4 + 8}
 # ops the host issues per parameter tensor (per_tensor) or per parameter group (foreach) per step
 ADAM_OPS = {"fused": 1, "foreach": 8, "per_tensor": 9}

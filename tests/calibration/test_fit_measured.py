@@ -4,6 +4,7 @@ and a profile survives a JSON round trip; bad profile files give a clear error."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +22,12 @@ from calibration.samples import (
 )
 from planner.costs.comms import _factor
 
+MEASURED_H200 = (
+    Path(__file__).resolve().parents[2]
+    / "calibration"
+    / "measured"
+    / "h200-sxm-141gb-measured.json"
+)
 PEAK = 2e12  # FLOP/s of the synthetic CPU
 ETA, HALF, FIXED = 0.8, 48.0, 20e-6
 BW, MEM_FIXED = 20e9, 5e-6
@@ -164,3 +171,105 @@ def test_flat_or_falling_attention_timings_still_give_a_valid_profile():
     ]
     prof = fit_profile(suite.model_copy(update={"attention": flat}), "flat")
     assert prof.attention.seq_half >= 1.0
+
+
+# ---- a GPU suite against a datasheet: conventions shared with the public-figure profiles -------
+H200 = "h200-sxm-141gb"
+
+
+def _gpu_suite() -> SuiteResult:
+    """A synthetic H200 suite: bf16 GEMMs, SDPA forced to each backend, copy and AdamW."""
+    accel = planner.load_accelerator(H200)
+    peak = accel.peak_flops_per_s("bf16")
+    bw = accel.hbm_bandwidth_tb_per_s * 1e12
+    gemm = [
+        GemmSample(m=m, n=n, k=k, dtype="bf16", seconds=_gemm_time(m, n, k) * 2e12 / (peak * 0.9))
+        for m in (1024, 4096, 8192)
+        for n in (1024, 4096, 14336)
+        for k in (1024, 4096)
+    ]
+    attn = []
+    for backend, eta_max in (("flash", 0.35), ("cudnn", 0.55)):
+        for s in (512, 1024, 2048, 4096, 8192):
+            flops = 4 * (16384 // s) * 32 * s * s * 128 * 0.5
+            eta = eta_max * s / (s + 400)
+            attn.append(
+                AttentionSample(
+                    batch=16384 // s,
+                    heads=32,
+                    seq=s,
+                    head_dim=128,
+                    dtype="bf16",
+                    fwd_seconds=flops / (eta * peak),
+                    bwd_seconds=2.5 * flops / (0.9 * eta * peak),
+                    backend=backend,
+                )
+            )
+    # copy at 0.95 of the datasheet; foreach AdamW at an effective 0.25 (28 B per parameter)
+    mem = [
+        MemorySample(op=op, elements=e, bytes_moved=b * e, seconds=b * e / (eta * bw) + 5e-6)
+        for op, b, eta in (("copy", 4, 0.95), ("adamw", 28, 0.25))
+        for e in (2**22, 2**24, 2**26, 2**28)
+    ]
+    meta = SuiteMetadata(
+        device="cuda",
+        device_name="synthetic H200",
+        torch_version="n/a",
+        date="2026-12-04",
+        command="test",
+        hostname="test",
+        quick=False,
+        cpu_threads=16,
+        memory_gib=139.8,
+    )
+    return SuiteResult(metadata=meta, gemm=gemm, attention=attn, memory=mem, collectives=[])
+
+
+@pytest.fixture(scope="module")
+def gpu_profile() -> planner.CalibrationProfile:
+    return fit_profile(_gpu_suite(), "synthetic-h200", planner.load_accelerator(H200), H200)
+
+
+def test_gpu_gemm_eta_is_the_best_measured_throughput(gpu_profile):
+    """On a GPU eta is MAMF's statistic (best sample over the datasheet peak), as in the public
+    tables the global sustained fraction was fitted on, not the fitted curve's asymptote."""
+    suite, peak = _gpu_suite(), planner.load_accelerator(H200).peak_flops_per_s("bf16")
+    best = max(2 * g.m * g.n * g.k / g.seconds / peak for g in suite.gemm)
+    assert gpu_profile.gemm.eta_max["bf16"] == pytest.approx(best, abs=1e-4)
+    assert gpu_profile.metadata["fit"]["gemm_eta"] == "mamf"
+    assert gpu_profile.metadata["fit"]["gemm_median_abs_rel_error"] < 0.1
+
+
+def test_gpu_attention_backends_fill_their_own_curves(gpu_profile):
+    """SDPA's flash backend is the flash2 curve, its cuDNN backend the cudnn curve; the fused
+    (FlashAttention-3) curve is not in torch and stays the public-figure profile's."""
+    base = planner.load_profile(H200)
+    assert gpu_profile.attention_flash2.eta_max_fwd == pytest.approx(0.35, rel=0.02)
+    assert gpu_profile.attention_cudnn.eta_max_fwd == pytest.approx(0.55, rel=0.02)
+    assert gpu_profile.attention_cudnn.seq_half == pytest.approx(400, rel=0.1)
+    assert gpu_profile.attention == base.attention
+    assert gpu_profile.metadata["fit"]["attention_backends_measured"] == ["cudnn", "flash"]
+
+
+def test_gpu_adamw_eta_is_in_the_simulators_pass_count(gpu_profile):
+    """The suite times foreach AdamW against 28 B per parameter; the simulator costs that
+    kernel's passes (80 B without the clipping read), so eta is scaled by 80/28 and a measured
+    foreach step is costed at its measured time, not about three times it."""
+    assert gpu_profile.memory.op_eta["adamw"] == pytest.approx(0.25 * 80 / 28, rel=0.03)
+    assert gpu_profile.memory.op_eta["copy"] == pytest.approx(0.95, rel=0.03)
+
+
+def test_gpu_profile_keeps_the_global_host_cost(gpu_profile):
+    """The host time per op is a global fit the suite does not measure: the public profile's."""
+    assert gpu_profile.host == planner.load_profile(H200).host
+    assert gpu_profile.host.op_us > 0
+
+
+def test_shipped_h200_measured_profile_loads_and_orders_its_kernels():
+    """The profile measured on a lent H200 (calibration/measured): cuDNN above FlashAttention-2
+    (as the public figures have them), every eta in (0, 1]."""
+    prof = planner.load_profile(MEASURED_H200)
+    assert prof.accelerator == H200 and prof.device is not None
+    assert prof.attention_cudnn.eta_max_fwd > prof.attention_flash2.eta_max_fwd
+    assert all(0 < e <= 1 for e in prof.gemm.eta_max.values())
+    assert 0 < prof.memory.op_eta["adamw"] <= 1

@@ -379,3 +379,20 @@ def test_calibrate_profiles_name_their_device(monkeypatch: pytest.MonkeyPatch, t
     assert "identified" in h200.metadata["accelerator_chosen_by"]
     assert profile_matches(h200, planner.load_cluster("dgx-h200"))
     assert not profile_matches(h200, planner.load_cluster("dgx-h100"))
+
+
+def test_a_forced_backend_that_refuses_is_skipped(monkeypatch) -> None:
+    """A forced SDPA backend that cannot run a call (RuntimeError) leaves no sample and does
+    not stop the suite; the other backends' samples are kept, each naming its backend."""
+    real = attention.time_attention
+
+    def refusing(config, dtype, device, settings, causal, backend):
+        if backend == "cudnn":
+            raise RuntimeError("No available kernel")
+        return real(config, dtype, device, settings, causal, "default")
+
+    monkeypatch.setattr(attention, "time_attention", refusing)
+    samples = attention.bench_attention(
+        [(1, 2, 64, 32)], ["fp32"], "cpu", TINY, backends=("default", "cudnn")
+    )
+    assert [s.backend for s in samples] == ["default"]
