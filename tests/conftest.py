@@ -74,3 +74,40 @@ def llama8b():
 @pytest.fixture(scope="session")
 def llama70b():
     return planner.load_model("llama3.1-70b")
+
+
+def synthetic_attention(
+    seqs: tuple[int, ...],
+    peak_flops: float,
+    eta_max: float,
+    seq_half: float,
+    bwd_ratio: float,
+    shape: tuple[int, int, int] = (2, 4, 64),
+    dtype: str = "fp32",
+    backend: str = "default",
+    tokens: int | None = None,
+) -> list:
+    """Noise-free causal SDPA samples on eta(S) = eta_max S / (S + seq_half), the backward at
+    ``bwd_ratio`` of the forward's efficiency; ``shape`` is (batch, heads, head_dim), the batch
+    ``tokens // S`` instead where ``tokens`` is given (calibration tests' synthetic suites)."""
+    from calibration.samples import AttentionSample
+
+    out = []
+    batch, heads, head_dim = shape
+    for s in seqs:
+        b = tokens // s if tokens else batch
+        flops = 4 * b * heads * s * s * head_dim * 0.5
+        eta = eta_max * s / (s + seq_half)
+        out.append(
+            AttentionSample(
+                batch=b,
+                heads=heads,
+                seq=s,
+                head_dim=head_dim,
+                dtype=dtype,
+                fwd_seconds=flops / (eta * peak_flops),
+                bwd_seconds=2.5 * flops / (bwd_ratio * eta * peak_flops),
+                backend=backend,
+            )
+        )
+    return out

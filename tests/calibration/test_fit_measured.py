@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import synthetic_attention
 
 import planner
 from calibration.fit_measured import fit_profile
 from calibration.measured_cluster import measured_cluster
 from calibration.samples import (
-    AttentionSample,
     CollectiveSample,
     GemmSample,
     MemorySample,
@@ -48,21 +48,7 @@ def _suite() -> SuiteResult:
         for n in (128, 512, 2048)
         for k in (256, 1024)
     ]
-    attn = []
-    for s in (128, 256, 512, 1024, 2048):
-        flops = 4 * 2 * 4 * s * s * 64 * 0.5
-        eta = 0.5 * s / (s + 200)
-        attn.append(
-            AttentionSample(
-                batch=2,
-                heads=4,
-                seq=s,
-                head_dim=64,
-                dtype="fp32",
-                fwd_seconds=flops / (eta * PEAK),
-                bwd_seconds=2.5 * flops / (0.8 * eta * PEAK),
-            )
-        )
+    attn = synthetic_attention((128, 256, 512, 1024, 2048), PEAK, 0.5, 200, 0.8)
     mem = [
         MemorySample(
             op="copy", elements=e, bytes_moved=8 * e, seconds=(8 * e / BW + MEM_FIXED) * noise()
@@ -76,7 +62,12 @@ def _suite() -> SuiteResult:
         for op in ("all_reduce", "all_gather", "send_recv")
         for b in (2**10, 2**16, 2**22)
     ]
-    meta = SuiteMetadata(
+    meta = _metadata()
+    return SuiteResult(metadata=meta, gemm=gemm, attention=attn, memory=mem, collectives=coll)
+
+
+def _metadata() -> SuiteMetadata:
+    return SuiteMetadata(
         device="cpu",
         device_name="synthetic",
         torch_version="n/a",
@@ -87,7 +78,6 @@ def _suite() -> SuiteResult:
         cpu_threads=2,
         memory_gib=8.0,
     )
-    return SuiteResult(metadata=meta, gemm=gemm, attention=attn, memory=mem, collectives=coll)
 
 
 @pytest.fixture(scope="module")
@@ -188,39 +178,22 @@ def _gpu_suite() -> SuiteResult:
         for n in (1024, 4096, 14336)
         for k in (1024, 4096)
     ]
-    attn = []
-    for backend, eta_max in (("flash", 0.35), ("cudnn", 0.55)):
-        for s in (512, 1024, 2048, 4096, 8192):
-            flops = 4 * (16384 // s) * 32 * s * s * 128 * 0.5
-            eta = eta_max * s / (s + 400)
-            attn.append(
-                AttentionSample(
-                    batch=16384 // s,
-                    heads=32,
-                    seq=s,
-                    head_dim=128,
-                    dtype="bf16",
-                    fwd_seconds=flops / (eta * peak),
-                    bwd_seconds=2.5 * flops / (0.9 * eta * peak),
-                    backend=backend,
-                )
-            )
+    seqs = (512, 1024, 2048, 4096, 8192)
+    attn = [
+        sample
+        for backend, eta_max in (("flash", 0.35), ("cudnn", 0.55))
+        for sample in synthetic_attention(
+            seqs, peak, eta_max, 400, 0.9, (1, 32, 128), "bf16", backend, tokens=16384
+        )
+    ]
     # copy at 0.95 of the datasheet; foreach AdamW at an effective 0.25 (28 B per parameter)
     mem = [
         MemorySample(op=op, elements=e, bytes_moved=b * e, seconds=b * e / (eta * bw) + 5e-6)
         for op, b, eta in (("copy", 4, 0.95), ("adamw", 28, 0.25))
         for e in (2**22, 2**24, 2**26, 2**28)
     ]
-    meta = SuiteMetadata(
-        device="cuda",
-        device_name="synthetic H200",
-        torch_version="n/a",
-        date="2026-12-04",
-        command="test",
-        hostname="test",
-        quick=False,
-        cpu_threads=16,
-        memory_gib=139.8,
+    meta = _metadata().model_copy(
+        update={"device": "cuda", "device_name": "synthetic H200", "cpu_threads": 16}
     )
     return SuiteResult(metadata=meta, gemm=gemm, attention=attn, memory=mem, collectives=[])
 

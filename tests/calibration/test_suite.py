@@ -16,6 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import synthetic_attention  # noqa: E402
+
 from calibration.samples import (  # noqa: E402
     AttentionSample,
     CollectiveSample,
@@ -322,20 +324,7 @@ def _synthetic_suite(**meta: object) -> SuiteResult:
         GemmSample(m=m, n=n, k=k, dtype="fp32", seconds=gemm_s(m, n, k) * jitter(i))
         for i, (m, n, k) in enumerate(shapes)
     ]
-    attn = []
-    for seq in (128, 256, 512, 1024, 2048):
-        flops, eta = 4 * 2 * 4 * seq * seq * 64 * 0.5, 0.5 * seq / (seq + 200)
-        attn.append(
-            AttentionSample(
-                batch=2,
-                heads=4,
-                seq=seq,
-                head_dim=64,
-                dtype="fp32",
-                fwd_seconds=flops / (eta * peak),
-                bwd_seconds=2.5 * flops / (0.8 * eta * peak),
-            )
-        )
+    attn = synthetic_attention((128, 256, 512, 1024, 2048), peak, 0.5, 200, 0.8)
     mem = [
         MemorySample(op="copy", elements=e, bytes_moved=8 * e, seconds=(8 * e / bw + 5e-6) * j)
         for e, j in zip((2**14, 2**18, 2**22, 2**24), (1.01, 0.99, 1.0, 1.01), strict=True)
