@@ -225,7 +225,9 @@ def build_gpt(
         )
     if not spec.learned_position_embeddings and spec.d_head % 2:
         raise ValueError(f"{spec.name}: RoPE needs an even head_dim, got {spec.d_head}")
-    model = GPT(spec, seq_len).to(device=device, dtype=dtype)
+    with torch.device(device):  # initialised where it runs (a 3.6B model on a CPU takes a minute)
+        model = GPT(spec, seq_len)
+    model = model.to(device=device, dtype=dtype)
     if model.wpe is None:  # keep the RoPE tables in float32 whatever the parameter dtype
         model.rope_cos = model.rope_cos.float()
         model.rope_sin = model.rope_sin.float()

@@ -16,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,11 @@ def _timed_loop(
     dtype: torch.dtype,
     seed: int,
     barrier: bool = False,
+    after_step: Callable[[], object] | None = None,
 ) -> list[float]:
-    """Run ``warmup + steps`` training steps of ``model``; return the timed ones (seconds)."""
+    """Run ``warmup + steps`` training steps of ``model``; return the timed ones (seconds).
+    ``after_step`` is called after every step, outside the timed region (a profiler's
+    ``step``)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, foreach=True)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     shape = (micro_batch, seq_len)
@@ -85,6 +89,8 @@ def _timed_loop(
         _sync(device)
         if i >= warmup:
             times.append(time.perf_counter() - start)
+        if after_step is not None:
+            after_step()
     return times
 
 
@@ -156,8 +162,10 @@ def measure_training_step(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     seed: int = 0,
+    after_step: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
-    """Time ``steps`` full training steps of ``spec`` in this process.
+    """Time ``steps`` full training steps of ``spec`` in this process (``after_step``: called
+    after each step, untimed, e.g. a profiler's ``step``).
 
     ``dtype`` is the compute precision (default: bfloat16 autocast on CUDA, float32 on CPU).
     Returns ``median_step_s`` and ``step_times_s`` (seconds), ``params`` (elements),
@@ -170,7 +178,16 @@ def measure_training_step(
     torch.manual_seed(seed)
     model = build_gpt(spec, seq_len, device=dev)
     times = _timed_loop(
-        model, spec.vocab, seq_len, micro_batch, steps, warmup, dev, compute_dtype, seed
+        model,
+        spec.vocab,
+        seq_len,
+        micro_batch,
+        steps,
+        warmup,
+        dev,
+        compute_dtype,
+        seed,
+        after_step=after_step,
     )
     backend = sdpa_backend(spec, seq_len, micro_batch, dev, compute_dtype)
     return _result(times, model.num_params(), micro_batch, seq_len, dev, compute_dtype, backend)

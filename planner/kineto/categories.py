@@ -34,10 +34,19 @@ _COLLECTIVE_RULES = (
     ("send_recv", re.compile(r"sendrecv|send_recv|(?<![a-z])i?(send|recv)(?![a-z])")),
     ("other_collective", re.compile(r"nccl|gloo|c10d::|broadcast|barrier|record_param_comms")),
 )
-_OPTIMIZER = re.compile(r"optimizer\.step|adam|multi_tensor_apply|_foreach_|fused_sgd|lamb")
+# "lamb" as a word only: CUDA kernel names carry C++ lambdas ("{lambda()#3}"), and an
+# elementwise kernel is not LAMB
+_OPTIMIZER = re.compile(
+    r"optimizer\.step|adam|multi_tensor_apply|_foreach_|fused_sgd|(?<![a-z])lamb(?![a-z])"
+)
 _MEMCPY = re.compile(r"memcpy|memset")
 _LOSS = re.compile(r"cross_?entropy|nll_?loss|log_?softmax")
-_ATTENTION = re.compile(r"scaled_dot_product|flash|fmha|efficient_attention|attention|sdpa|softmax")
+# cuDNN's SDPA backward runs two helper kernels beside its flash kernels (seen in an H200 trace,
+# torch 2.11): cudnn::fusion::compute_dot_do_o_specialized and convert_dq_to_16bits
+_ATTENTION = re.compile(
+    r"scaled_dot_product|flash|fmha|efficient_attention|attention|sdpa|softmax"
+    r"|compute_dot_do_o|convert_dq_to_16bits"
+)
 _GEMM = re.compile(
     r"aten::(mm|addmm|bmm|matmul|linear|baddbmm|addbmm|addmv|mv|dot|_scaled_mm|einsum"
     r"|_addmm_activation)\b|gemm|cutlass|xmma|cublas|nvjet|splitkreduce|triton_tem"
@@ -50,6 +59,8 @@ _VIEW = re.compile(
 )
 _ELEMENTWISE = re.compile(
     r"norm|gelu|silu|swish|relu|sigmoid|tanh|elementwise|vectorized|reduce|triton|embedding"
+    # LayerNorm's weight and bias gradient kernel; the embedding backward's kernels
+    r"|gamma_?beta_?backward|sum_and_scatter|compute_grad_weight|partials_per_segment"
     r"|dropout|rotary|rope|accumulate_grad|aten::(add|sub|rsub|mul|div|copy_|cat|stack|pow"
     r"|rsqrt|sqrt|exp|log|neg|mean|sum|where|masked_fill|fill_|zero_|zeros|ones|full|clone"
     r"|contiguous|index|index_select|index_add|gather|scatter|scatter_add|square|to|_to_copy"

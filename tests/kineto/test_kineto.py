@@ -33,6 +33,7 @@ from planner.search.export import layout_yaml
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 CPU_TRACE = ASSETS / "cpu_gpt_step_trace.json"
 DDP_TRACE = ASSETS / "cpu_gpt_ddp_rank0_trace.json"
+GPU_TRACE = ASSETS / "h200_gpt3-1.3b_step_trace.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +145,29 @@ def test_ddp_trace_has_overlapped_allreduce() -> None:
         ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "elementwise_norm"),
         ("triton_poi_fused_add_mul_0", "elementwise_norm"),
         ("aten::_foreach_add_", "optimizer"),
+        ("void multi_tensor_apply_kernel<LAMBStage1Functor>", "optimizer"),
+        ("fused_lamb_cuda_kernel", "optimizer"),
+        # C++ lambdas in kernel names are not the LAMB optimizer (real H200 names, torch 2.11)
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+            "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1}>",
+            "elementwise_norm",
+        ),
+        (
+            "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, "
+            "float, 32u, 16u, 128u, true, false>",
+            "elementwise_norm",
+        ),
+        (
+            "void at::native::(anonymous namespace)::sum_and_scatter<float, long>(long const*)",
+            "elementwise_norm",
+        ),
+        ("void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*)", "attention"),
+        ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*)", "attention"),
+        (
+            "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128",
+            "attention",
+        ),
         (
             "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>",
             "optimizer",
@@ -376,3 +400,18 @@ def test_compare_trace_takes_the_stack(tmp_path: Path, capsys: pytest.CaptureFix
     assert steps["none"] != steps["torchtitan-eager"]
     with pytest.raises(PlannerError, match="stack"):
         _run([*base, "--layout", str(layout), "--stack", "does-not-exist"])
+
+
+def test_real_gpu_trace_classifies_its_kernels() -> None:
+    """A real H200 trace (tests/assets/README.md): device kernels are what is classified, the
+    optimizer is only the foreach AdamW kernels (no elementwise kernel with a C++ lambda in
+    its name), cuDNN's SDPA kernels are attention, and almost nothing is left unclassified."""
+    t = load_kineto(GPU_TRACE)
+    assert t.kind == "gpu" and t.steps == 2 and t.devices == ("0",)
+    busy = {c: s for c, s in t.busy_s.items() if s > 0}
+    assert max(busy, key=busy.__getitem__) == "gemm"
+    assert all("multi_tensor_apply" in name for name, _ in t.top_names["optimizer"])
+    assert any("sdpa" in name for name, _ in t.top_names["attention"])
+    assert t.busy_s["attention"] > 0 and t.busy_s["loss"] > 0
+    assert t.busy_s["other"] < 0.01 * sum(t.busy_s.values())
+    assert sum(t.exposed_s.values()) == pytest.approx(t.window_s * len(t.devices), rel=1e-9)
