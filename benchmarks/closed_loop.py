@@ -48,6 +48,16 @@ def _fit_line(profile: planner.CalibrationProfile) -> str:
     )
 
 
+def _peaks(run: dict) -> str:
+    """Measured allocated / reserved peak and the predicted peak, GiB ("-" on a CPU)."""
+    if run.get("measured_peak_allocated_gib") is None:
+        return "-"
+    return (
+        f"{run['measured_peak_allocated_gib']:.1f}/{run['measured_peak_reserved_gib']:.1f} "
+        f"({run['predicted_peak_gib']:.1f})"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -73,6 +83,7 @@ def main() -> None:
     print(
         f"{'model':12} {'seq':>6} {'profile':24} {'ddp':>3} {'measured ms':>12} "
         f"{'predicted ms':>13} {'error %':>8} {'range %':>15} {'target %':>9} {'within':>6}"
+        f" {'peak GiB alloc/resv (pred)':>28}"
     )
     for model in models:
         for seq_len in args.seq_len:
@@ -106,7 +117,8 @@ def main() -> None:
                     print(
                         f"{model:12} {seq_len:6d} {profile.id[:24]:24} {ddp:3d} "
                         f"{statistics.median(measured) * 1e3:12.1f} {predicted * 1e3:13.1f} "
-                        f"{error:+8.1f} {spread:>15} {target if target else '-':>9} {within:>6}",
+                        f"{error:+8.1f} {spread:>15} {target if target else '-':>9} {within:>6}"
+                        f" {_peaks(runs[0]):>28}",
                         flush=True,
                     )
 

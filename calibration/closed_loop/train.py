@@ -170,12 +170,16 @@ def measure_training_step(
     ``dtype`` is the compute precision (default: bfloat16 autocast on CUDA, float32 on CPU).
     Returns ``median_step_s`` and ``step_times_s`` (seconds), ``params`` (elements),
     ``tokens_per_step`` (``micro_batch * seq_len``), ``device``, ``dtype`` (name), ``threads``
-    (``torch.get_num_threads()``) and ``sdpa_backend`` (:func:`sdpa_backend`).
+    (``torch.get_num_threads()``), ``sdpa_backend`` (:func:`sdpa_backend`) and, on CUDA,
+    ``peak_allocated_gib`` and ``peak_reserved_gib`` (:func:`peak_memory`: model, optimizer
+    state and the steps' activations; the peak is reset before the model is built).
     """
     _check_args(steps, warmup, micro_batch, seq_len)
     dev = torch.device(device)
     compute_dtype = dtype or _default_dtype(dev)
     torch.manual_seed(seed)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
     model = build_gpt(spec, seq_len, device=dev)
     times = _timed_loop(
         model,
@@ -190,7 +194,21 @@ def measure_training_step(
         after_step=after_step,
     )
     backend = sdpa_backend(spec, seq_len, micro_batch, dev, compute_dtype)
-    return _result(times, model.num_params(), micro_batch, seq_len, dev, compute_dtype, backend)
+    result = _result(times, model.num_params(), micro_batch, seq_len, dev, compute_dtype, backend)
+    return result | peak_memory(dev)
+
+
+def peak_memory(device: torch.device) -> dict[str, float]:
+    """The caching allocator's peaks since the last reset, GiB: ``peak_allocated_gib`` (live
+    tensors) and ``peak_reserved_gib`` (segments held); empty on a CPU, which has no such
+    allocator."""
+    if device.type != "cuda":
+        return {}
+    gib = float(1 << 30)
+    return {
+        "peak_allocated_gib": torch.cuda.max_memory_allocated(device) / gib,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / gib,
+    }
 
 
 def _free_port() -> int:

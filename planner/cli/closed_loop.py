@@ -107,6 +107,10 @@ def closed_loop(
         "ddp": ddp,
         "model": model.name,
         "predicted_breakdown_s": report.time_breakdown_s,
+        "predicted_peak_gib": report.peak_memory_gib,
+        "predicted_peak_reserved_gib": report.peak_reserved_gib,
+        "measured_peak_allocated_gib": measured.get("peak_allocated_gib"),
+        "measured_peak_reserved_gib": measured.get("peak_reserved_gib"),
         "measured_step_times_s": measured.get("step_times_s"),
     }
 
