@@ -112,3 +112,26 @@ def test_measure_ddp_step() -> None:
     assert result["world_size"] == 2
     assert result["threads_per_rank"] >= 1
     assert result["tokens_per_step"] == 64
+
+
+def test_the_prediction_costs_the_attention_kernel_sdpa_ran() -> None:
+    """SDPA picks its backend by itself (cuDNN on Hopper in recent torch): the closed loop reads
+    it and the stack it predicts under takes that kernel; unknown backends change nothing."""
+    from calibration.closed_loop.train import SDPA_AS_STACK_ATTENTION, sdpa_backend
+    from planner.cli.closed_loop import with_measured_attention
+
+    stack = planner.load_stack("torchtitan-eager")
+    cudnn = with_measured_attention(stack, "CUDNN_ATTENTION")
+    assert cudnn is not None and cudnn.kernels.attention == "cudnn_fused"
+    assert cudnn.name == stack.name and stack.kernels.attention == "sdpa_flash"
+    assert with_measured_attention(stack, "unknown") is stack
+    assert with_measured_attention(None, "CUDNN_ATTENTION") is None
+    spec = planner.load_model("gpt-tiny")
+    picked = sdpa_backend(spec, 64, 1, torch.device("cpu"), torch.float32)
+    assert picked in SDPA_AS_STACK_ATTENTION or picked == "unknown"
+
+
+def test_peak_memory_is_reported_only_where_an_allocator_keeps_one() -> None:
+    from calibration.closed_loop.train import peak_memory
+
+    assert peak_memory(torch.device("cpu")) == {}
