@@ -45,10 +45,7 @@ def _sync(device: torch.device) -> None:
 def _timed_loop(
     model: nn.Module,
     vocab: int,
-    seq_len: int,
-    micro_batch: int,
-    steps: int,
-    warmup: int,
+    run: tuple[int, int, int, int],
     device: torch.device,
     dtype: torch.dtype,
     seed: int,
@@ -57,7 +54,8 @@ def _timed_loop(
 ) -> list[float]:
     """Run ``warmup + steps`` training steps of ``model``; return the timed ones (seconds).
     ``after_step`` is called after every step, outside the timed region (a profiler's
-    ``step``)."""
+    ``step``). ``run`` is (seq_len, micro_batch, steps, warmup)."""
+    seq_len, micro_batch, steps, warmup = run
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, foreach=True)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     shape = (micro_batch, seq_len)
@@ -181,18 +179,8 @@ def measure_training_step(
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     model = build_gpt(spec, seq_len, device=dev)
-    times = _timed_loop(
-        model,
-        spec.vocab,
-        seq_len,
-        micro_batch,
-        steps,
-        warmup,
-        dev,
-        compute_dtype,
-        seed,
-        after_step=after_step,
-    )
+    run = (seq_len, micro_batch, steps, warmup)
+    times = _timed_loop(model, spec.vocab, run, dev, compute_dtype, seed, after_step=after_step)
     backend = sdpa_backend(spec, seq_len, micro_batch, dev, compute_dtype)
     result = _result(times, model.num_params(), micro_batch, seq_len, dev, compute_dtype, backend)
     return result | peak_memory(dev)
@@ -253,18 +241,8 @@ def _ddp_worker(
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=[rank] if dev.type == "cuda" else None
         )
-        times = _timed_loop(
-            ddp,
-            spec.vocab,
-            seq_len,
-            micro_batch,
-            steps,
-            warmup,
-            dev,
-            compute_dtype,
-            seed + rank,
-            barrier=True,
-        )
+        run = (seq_len, micro_batch, steps, warmup)
+        times = _timed_loop(ddp, spec.vocab, run, dev, compute_dtype, seed + rank, barrier=True)
         if rank == 0:
             backend = sdpa_backend(spec, seq_len, micro_batch, dev, compute_dtype)
             result = _result(times, params, micro_batch, seq_len, dev, compute_dtype, backend)
