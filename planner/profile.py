@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from planner.errors import PlannerError, pydantic_error_to_planner
-from planner.resources import PROFILES_DIR
+from planner.resources import MEASURED_PROFILES_DIR, PROFILES_DIR
 from planner.safe_io import load_json, read_text
 from planner.specs.base import (
     MAX_BANDWIDTH_GB_PER_S,
@@ -258,12 +258,17 @@ def check_profile_device(
 
 
 def load_profile(id_or_path: str | Path) -> CalibrationProfile:
-    """A profile from ``calibration/profiles/<id>.json`` or a JSON path."""
+    """A profile from a JSON path, or by id: ``calibration/profiles/<id>.json`` (fitted from
+    public figures) or ``calibration/measured/<id>.json`` (measured on a device by ``planner
+    calibrate``, e.g. ``h200-sxm-141gb-measured``)."""
     path = Path(id_or_path)
     if path.suffix != ".json" and not path.exists():
-        path = PROFILES_DIR / f"{id_or_path}.json"
+        shipped = [d / f"{id_or_path}.json" for d in (PROFILES_DIR, MEASURED_PROFILES_DIR)]
+        path = next((p for p in shipped if p.is_file()), shipped[0])
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.json")))
+        known = ", ".join(
+            sorted(p.stem for d in (PROFILES_DIR, MEASURED_PROFILES_DIR) for p in d.glob("*.json"))
+        )
         raise PlannerError("profile", f"profile not found: {id_or_path}", known or None)
     return parse_profile_text(read_text(path, "profile"))
 

@@ -39,6 +39,7 @@ ACCELERATORS_DIR = data_root() / "hardware_specs" / "accelerators"
 CLUSTERS_DIR = data_root() / "hardware_specs" / "clusters"
 STACKS_DIR = data_root() / "stacks"
 PROFILES_DIR = calibration_dir() / "profiles"
+MEASURED_PROFILES_DIR = calibration_dir() / "measured"  # profiles planner calibrate measured
 CASES_DIR = calibration_dir() / "validation"
 APP_DIR = data_root() / "app" if _PACKAGED.is_dir() else _CHECKOUT
 

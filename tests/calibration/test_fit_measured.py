@@ -242,6 +242,7 @@ def test_shipped_h200_measured_profile_loads_and_orders_its_kernels():
     """The profile measured on a lent H200 (calibration/measured): cuDNN above FlashAttention-2
     (as the public figures have them), every eta in (0, 1]."""
     prof = planner.load_profile(MEASURED_H200)
+    assert planner.load_profile("h200-sxm-141gb-measured") == prof  # by id, from any directory
     assert prof.accelerator == H200 and prof.device is not None
     assert prof.attention_cudnn.eta_max_fwd > prof.attention_flash2.eta_max_fwd
     assert all(0 < e <= 1 for e in prof.gemm.eta_max.values())
