@@ -4,9 +4,13 @@
 #   gpu.csv            nvidia-smi: name, memory, power limits, clocks, driver
 #   samples.json       the full calibration suite's raw samples (planner calibrate --samples-out)
 #   measured.json      the profile fitted from them (planner calibrate --out)
-#   closed_loop.txt    measured training steps of shipped dense GPTs on the GPU, predicted under
-#                      the measured profile and the shipped public-figure profile
-#   log.txt            everything printed
+#   closed_loop.txt    measured training steps of shipped dense GPTs on the GPU (time and the
+#                      allocator's peaks), predicted under the measured profile and the shipped
+#                      public-figure profile
+#   <model>-s2048.json.gz  profiler traces of two steps each, for planner compare-trace
+#   log.txt            everything printed, with SDPA's own backend choice and the float8
+#                      GEMM table (benchmarks/device/sdpa_choice.py, fp8_scaling.py)
+# About 2.5 minutes on an H200 (suite 69 s, closed loops 26 s, traces 24 s, the rest less).
 # The machine's image lacks pydantic: its wheels travel in .whl/ (see docs/calibration.md).
 # Usage: OUT=/some/dir ACCEL=h200-sxm-141gb CLUSTER=dgx-h200 bash benchmarks/device/gpu_session.sh
 set -uo pipefail
@@ -43,3 +47,7 @@ timeout "${LOOP_TIMEOUT:-180}" python3 benchmarks/closed_loop.py --device cuda -
   --model gpt3-1.3b gpt-3.6b --seq-len 1024 2048 --micro-batch 4 --steps 6 \
   --profile "${profiles[@]}" 2>&1 | tee "$OUT/closed_loop.txt" | log
 echo "closed loop: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | log
+timeout "${EXTRA_TIMEOUT:-120}" python3 benchmarks/device/sdpa_choice.py 2>&1 | log
+timeout "${EXTRA_TIMEOUT:-120}" python3 benchmarks/device/fp8_scaling.py 2>&1 | log
+timeout "${EXTRA_TIMEOUT:-120}" python3 benchmarks/device/trace_closed_loop.py --out "$OUT" \
+  --model gpt3-1.3b gpt-3.6b --seq-len 2048 2>&1 | grep -v USDT | log
