@@ -25,6 +25,7 @@ from planner.fixes import NO_FIX, Fix, memory_fixes
 from planner.legality import check_layout
 from planner.report import StepReport
 from planner.safe_io import dumps_strict
+from planner.specs.base import MAX_POWER_W
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -357,7 +358,7 @@ def power_limit_input(cluster: Cluster) -> Cluster:
     watts = st.number_input(
         "GPU power limit (W, 0 = the accelerator's own)",
         min_value=0.0,
-        max_value=100_000.0,
+        max_value=MAX_POWER_W,
         step=25.0,
         format="%.0f",
         key="est_power_limit",

@@ -257,18 +257,19 @@ def check_profile_device(
     )
 
 
+PROFILE_DIRS = (PROFILES_DIR, MEASURED_PROFILES_DIR)  # where a profile id is looked up, in order
+
+
 def load_profile(id_or_path: str | Path) -> CalibrationProfile:
     """A profile from a JSON path, or by id: ``calibration/profiles/<id>.json`` (fitted from
     public figures) or ``calibration/measured/<id>.json`` (measured on a device by ``planner
     calibrate``, e.g. ``h200-sxm-141gb-measured``)."""
     path = Path(id_or_path)
     if path.suffix != ".json" and not path.exists():
-        shipped = [d / f"{id_or_path}.json" for d in (PROFILES_DIR, MEASURED_PROFILES_DIR)]
+        shipped = [d / f"{id_or_path}.json" for d in PROFILE_DIRS]
         path = next((p for p in shipped if p.is_file()), shipped[0])
     if not path.is_file():
-        known = ", ".join(
-            sorted(p.stem for d in (PROFILES_DIR, MEASURED_PROFILES_DIR) for p in d.glob("*.json"))
-        )
+        known = ", ".join(sorted(p.stem for d in PROFILE_DIRS for p in d.glob("*.json")))
         raise PlannerError("profile", f"profile not found: {id_or_path}", known or None)
     return parse_profile_text(read_text(path, "profile"))
 

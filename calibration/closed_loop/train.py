@@ -101,24 +101,29 @@ SDPA_AS_STACK_ATTENTION = {
 }
 
 
-def sdpa_backend(
-    spec: ModelSpec, seq_len: int, micro_batch: int, device: torch.device, dtype: torch.dtype
-) -> str:
-    """The backend ``F.scaled_dot_product_attention`` picks by itself for the model's causal
-    attention, read from torch's dispatcher (``torch._fused_sdp_choice``, a private function:
-    "unknown" where it is missing or refuses). Recent torch releases prefer cuDNN on Hopper,
-    older ones FlashAttention-2, so the kernel a closed loop ran is read, not assumed."""
+def sdpa_choice(shape: tuple[int, int, int, int], device: torch.device, dtype: torch.dtype) -> str:
+    """The backend ``F.scaled_dot_product_attention`` picks by itself for causal attention on
+    (batch, heads, seq, head_dim) tensors that need gradients, read from torch's dispatcher
+    (``torch._fused_sdp_choice``, a private function: "unknown" where it is missing or
+    refuses). Recent torch releases prefer cuDNN on Hopper, older ones FlashAttention-2."""
     from torch.nn.attention import SDPBackend
 
     choose = getattr(torch, "_fused_sdp_choice", None)
     if choose is None:
         return "unknown"
-    shape = (micro_batch, spec.heads, seq_len, spec.d_head)
     q = torch.empty(shape, device=device, dtype=dtype, requires_grad=True)
     try:
         return SDPBackend(choose(q, q, q, None, 0.0, True)).name
     except (RuntimeError, ValueError):
         return "unknown"
+
+
+def sdpa_backend(
+    spec: ModelSpec, seq_len: int, micro_batch: int, device: torch.device, dtype: torch.dtype
+) -> str:
+    """:func:`sdpa_choice` for the model's attention, so the kernel a closed loop ran is read,
+    not assumed."""
+    return sdpa_choice((micro_batch, spec.heads, seq_len, spec.d_head), device, dtype)
 
 
 def _result(

@@ -92,7 +92,8 @@ def closed_loop(
         measured = measure_training_step(
             model, seq_len=seq_len, micro_batch=micro_batch, steps=steps, device=device
         )
-    stack = with_measured_attention(stack, measured.get("sdpa_backend", "unknown"))
+    backend = measured.get("sdpa_backend", "unknown")
+    stack = with_measured_attention(stack, backend)
     report = predicted_report(model, device, ddp, seq_len, micro_batch, profile, cluster_id, stack)
     pred, meas = report.step_time_s, measured["median_step_s"]
     return {
@@ -102,7 +103,7 @@ def closed_loop(
         "device": measured.get("device", device),
         "profile": profile.id,
         "stack": stack.name if stack is not None else NO_STACK,
-        "sdpa_backend": measured.get("sdpa_backend", "unknown"),
+        "sdpa_backend": backend,
         "attention": stack.kernels.attention if stack is not None else None,
         "ddp": ddp,
         "model": model.name,
