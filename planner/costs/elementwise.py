@@ -174,13 +174,35 @@ def logits_loss_bytes(
     gradient, reads it and writes it at the logits' precision (act + 24 B). ``compiled``
     (that loss under torch.compile): forward reads the logits twice (row max, then the sum of
     exponentials), backward reads them once and writes the gradient (4 x act B per logit).
+    ``loss_parallel`` (``fp32_log_softmax`` under TP, :func:`loss_kernel`): DTensor's
+    decomposed log-softmax (upcast act + 4, row max 4, subtract 8, exp 8, sum 4, subtract 8 B)
+    and its fused NLL + log-softmax backward (zeros 4, exp 8, add 12, multiply 8, downcast
+    4 + act B): 2 x act + 72 B.
     """
     per_logit = {
         "in_place": 3.0 * act_bytes,
         "fp32_log_softmax": 2.0 * act_bytes + 36.0,
+        "loss_parallel": 2.0 * act_bytes + 72.0,
         "compiled": 4.0 * act_bytes,
-    }.get(cross_entropy, 2.0 * (act_bytes + 8))
+    }.get(loss_kernel(cross_entropy, layout.tp), 2.0 * (act_bytes + 8))
     return tokens * model.vocab / layout.tp * per_logit
+
+
+def loss_kernel(cross_entropy: str, tp: int) -> str:
+    """The loss code that runs for ``Training.cross_entropy`` at tensor-parallel size ``tp``.
+
+    ``fp32_log_softmax`` with TP is ``loss_parallel``: torchtitan enables loss parallelism
+    whenever TP is on (``parallel_dims.loss_parallel_enabled``: tp > 1 and not
+    ``disable_loss_parallel``), and the vocabulary-sharded logits then go through PyTorch's
+    ``torch/distributed/tensor/parallel/loss.py``: ``_log_softmax`` in separate ops (x - max,
+    exp, sum, x - max - log-sum-exp: fp32 temporaries beside the upcast copy) and
+    ``_nll_loss_and_log_softmax_backward``, ``(zeros_like(x) with -1 at the target +
+    exp(x)) * grad`` (three fp32 temporaries beside the saved log-softmax). The compiled loss
+    is traced through the same decomposition and fused by Inductor, so it stays ``compiled``.
+    """
+    if cross_entropy == "fp32_log_softmax" and tp > 1:
+        return "loss_parallel"
+    return cross_entropy
 
 
 def adam_bytes_per_param(kernel: str = "fused", states: str = "fp32") -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.costs import elementwise
 from planner.costs.blocks import mixer_costs
 from planner.costs.blocks.channel import channel_costs
 from planner.costs.flops import as_layer
@@ -187,8 +188,12 @@ def state_bytes(
     ``expert_params`` (sharded over the expert data-parallel group dp*cp/ep).
 
     ``gathered_params``: ZeRO-3 working set of unsharded parameters (prefetched layers);
-    ``unreduced_grad_params``: parameters whose unsharded gradients, in the weights' dtype,
-    wait for a deferred reduce-scatter (FSDP without gradient sync between micro-batches).
+    ``unreduced_grad_params``: parameters whose unsharded gradients wait for a deferred
+    reduce-scatter (FSDP without gradient sync between micro-batches), accumulated in the
+    reduction dtype (:func:`grad_bytes`): FSDP2 upcasts the unsharded gradient to its
+    ``reduce_dtype`` before accumulating (``FSDPParam.to_accumulated_grad_if_needed``,
+    torch/distributed/fsdp/_fully_shard/_fsdp_param.py), fp32 under torchtitan's default
+    ``mixed_precision_reduce``.
     """
     shard = layout.dp * layout.cp
     expert_shard = max(1, layout.tp * shard // (layout.ep * layout.expert_tp))
@@ -213,7 +218,7 @@ def state_bytes(
     wd, gd, od = split(dense_params, shard)
     we, ge, oe = split(expert_params, expert_shard)
     gathered = gathered_params * param_gather_bytes(training) if layout.zero >= 3 else 0.0
-    unreduced = unreduced_grad_params * w_b if layout.zero >= 3 else 0.0
+    unreduced = unreduced_grad_params * g_b if layout.zero >= 3 else 0.0
     return StateBytes(wd + we + gathered, gd + ge + unreduced, od + oe)
 
 
@@ -241,9 +246,14 @@ def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
     fuses the upcast, log-softmax and NLL into one reduction kernel, saves the logits and one
     log-sum-exp per row (the min-cut partitioner recomputes the pointwise softmax), and
     backward writes the gradient at the logits' precision: logits + gradient, 2 x act B.
+    ``loss_parallel`` (``fp32_log_softmax`` under TP, :func:`elementwise.loss_kernel`):
+    forward holds the logits, the fp32 copy, ``x - max`` and the log-softmax (act + 12 B);
+    backward the saved log-softmax, the -1-at-target tensor, ``exp`` of the log-softmax and
+    their sum (16 B).
     """
     tokens = training.micro_batch * training.seq_len / layout.cp
-    per_element = LOSS_BYTES_PER_LOGIT[training.cross_entropy](training.act_bytes)
+    kernel = elementwise.loss_kernel(training.cross_entropy, layout.tp)
+    per_element = LOSS_BYTES_PER_LOGIT[kernel](training.act_bytes)
     return tokens * model.vocab / layout.tp * per_element
 
 
@@ -252,5 +262,6 @@ LOSS_BYTES_PER_LOGIT = {
     "fp32_copy": lambda act: act + 4.0,
     "in_place": lambda act: act,
     "fp32_log_softmax": lambda act: max(act + 8.0, 12.0),
+    "loss_parallel": lambda act: max(act + 12.0, 16.0),
     "compiled": lambda act: 2.0 * act,
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from planner.costs import compute, host_offload
+from planner.costs import compute, elementwise, host_offload
 from planner.errors import PlannerError
 from planner.report import StepReport
 from planner.schedules import Schedule
@@ -32,7 +32,9 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
             "saved; backward holds it with the fp32 NLL and input gradients)",
             "compiled": "loss: torch.compile'd cross-entropy (logits and a log-sum-exp saved, "
             "gradient at the logits' precision)",
-        }[training.cross_entropy],
+            "loss_parallel": "loss: PyTorch loss parallel over the TP-sharded vocabulary on an "
+            "fp32 copy (DTensor's log-softmax and NLL backward as separate fp32 ops)",
+        }[elementwise.loss_kernel(training.cross_entropy, layout.tp)],
     ]
     if training.precision == "fp8":
         gather = ", weights all-gathered in fp8" if training.fp8_param_gather else ""

@@ -61,7 +61,7 @@ def memory_columns(c: Columns, pp: int, zero: int, reshard: bool) -> Columns:
     wd, gd, od = split(c.dense, c.shard)
     we, ge, oe = split(c.experts, c.eshard)
     gathered_b = gathered * c.gather_b if zero >= 3 else 0.0
-    unreduced_b = unreduced * c.w_b if zero >= 3 else 0.0
+    unreduced_b = unreduced * c.g_b if zero >= 3 else 0.0
     weights, grads, opt = wd + we + gathered_b, gd + ge + unreduced_b, od + oe
     if pp > 1:
         last_act = c.act * c.first / c.vpp * c.last_chunks

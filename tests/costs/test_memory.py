@@ -307,10 +307,10 @@ def test_pytorch_cross_entropy_on_an_fp32_copy_peaks_in_backward():
     from planner.costs import elementwise
 
     spec = planner.load_model("llama3.1-8b")
-    lay = Layout(tp=2, cp=2)
+    lay = Layout(cp=2)
     copy = Training(seq_len=8192, global_batch=2, micro_batch=2)
     torch_loss = copy.model_copy(update={"cross_entropy": "fp32_log_softmax"})
-    per_logit = 2 * 8192 / 2 * spec.vocab / 2
+    per_logit = 2 * 8192 / 2 * spec.vocab
     assert memory.logits_bytes(spec, lay, torch_loss) == pytest.approx(per_logit * 12)
     assert memory.logits_bytes(spec, lay, torch_loss) == pytest.approx(
         2 * memory.logits_bytes(spec, lay, copy)
@@ -319,7 +319,54 @@ def test_pytorch_cross_entropy_on_an_fp32_copy_peaks_in_backward():
     assert memory.logits_bytes(spec, lay, fp32) == pytest.approx(per_logit * 12)
     kinds = ("in_place", "fp32_copy", "fp32_log_softmax")
     traffic = [elementwise.logits_loss_bytes(spec, lay, 8192.0, 2, k) for k in kinds]
-    assert traffic == sorted(traffic) and traffic[2] == pytest.approx(8192 * spec.vocab / 2 * 40)
+    assert traffic == sorted(traffic) and traffic[2] == pytest.approx(8192 * spec.vocab * 40)
+
+
+def test_pytorch_loss_under_tp_is_loss_parallel():
+    """torchtitan's loss under TP runs DTensor loss parallel (torch/distributed/tensor/parallel/
+    loss.py): the log-softmax and its backward as separate fp32 ops, 16 B per logit of the
+    TP shard at the peak instead of 12, and twice the HBM passes; the compiled loss and
+    Megatron's kernels do not change with TP."""
+    from planner.costs import elementwise
+
+    spec = planner.load_model("llama3.1-8b")
+    tr = Training(seq_len=8192, global_batch=2, micro_batch=2, cross_entropy="fp32_log_softmax")
+    one, four = Layout(), Layout(tp=4, sequence_parallel=True)
+    logits = 2 * 8192 * spec.vocab
+    assert elementwise.loss_kernel("fp32_log_softmax", 4) == "loss_parallel"
+    assert memory.logits_bytes(spec, one, tr) == pytest.approx(logits * 12)
+    assert memory.logits_bytes(spec, four, tr) == pytest.approx(logits / 4 * 16)
+    assert elementwise.logits_loss_bytes(spec, four, 8192.0, 2, "fp32_log_softmax") == (
+        pytest.approx(8192 * spec.vocab / 4 * 76)
+    )
+    for kind in ("compiled", "fp32_copy", "in_place"):
+        other = tr.model_copy(update={"cross_entropy": kind})
+        assert memory.logits_bytes(spec, four, other) == pytest.approx(
+            memory.logits_bytes(spec, one, other) / 4
+        )
+    cl = planner.load_cluster("dgx-h100")
+    rep = planner.simulate(
+        spec,
+        cl,
+        Layout(tp=4, sequence_parallel=True, dp=2),
+        tr.model_copy(update={"global_batch": 4}),
+    )
+    assert any("loss parallel" in n for n in rep.assumptions)
+
+
+def test_fsdp2_accumulates_unsynced_gradients_in_the_reduce_dtype():
+    """Without gradient sync between micro-batches (FSDP2 under PP: the stage stays gathered),
+    the unsharded gradients are upcast to the reduce dtype before accumulating
+    (FSDPParam.to_accumulated_grad_if_needed): 4 B per stage parameter with fp32 reduction,
+    2 B with bf16 reduction."""
+    lay = Layout(pp=2, dp=4, zero=3, zero3_reshard_after_forward=False)
+    fp32 = Training(seq_len=4096, global_batch=16, micro_batch=1)
+    bf16 = fp32.model_copy(update={"grad_reduce_dtype": "bf16"})
+    local = 1e9
+    a = memory.state_bytes(local / 4, 0.0, lay, fp32, local, local)
+    b = memory.state_bytes(local / 4, 0.0, lay, bf16, local, local)
+    assert a.grads - local * 4 == pytest.approx(local / 4 * 4 / 4)
+    assert b.grads - local * 2 == pytest.approx(local / 4 * 2 / 4)
 
 
 def test_torchtitan_stacks_cost_the_pytorch_loss():
