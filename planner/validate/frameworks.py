@@ -53,6 +53,24 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "llm-foundry": "llm-foundry",
     "composer": "llm-foundry",
     "mosaicml": "llm-foundry",
+    # other names the same software is published under
+    "nemo-framework": "nemo",  # NVIDIA's product name for NeMo
+    "nemo2": "nemo",
+    "nemo-2": "nemo",
+    "megatron-ds": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
+    "deepspeed-megatron": "megatron-deepspeed-2022",
+    "deepspeed-zero3": "deepspeed-zero",
+    # PyTorch FSDP by itself: the shipped stack that runs the same data parallelism eagerly.
+    # FSDP1 (FullyShardedDataParallel, Zhao et al. 2023, arXiv 2304.11277) is llm-foundry's;
+    # FSDP2 (fully_shard) eager is torchtitan-eager's, and torchtune's full-finetune recipes
+    # (fully_shard, eager unless compile is set, SDPA attention) run the same
+    "pytorch-fsdp": "llm-foundry",
+    "torch-fsdp": "llm-foundry",
+    "fsdp": "llm-foundry",
+    "fsdp1": "llm-foundry",
+    "pytorch-fsdp2": "torchtitan-eager",
+    "fsdp2": "torchtitan-eager",
+    "torchtune": "torchtitan-eager",
 }
 # frameworks whose stack depends on the GPU generation: (framework, has FP8 tensor cores)
 BY_GENERATION: dict[tuple[str, bool], str] = {
@@ -60,6 +78,8 @@ BY_GENERATION: dict[tuple[str, bool], str] = {
     ("megatron", True): "megatron-core",
     ("megatron-deepspeed", True): "megatron-deepspeed",
     ("gpt-neox", True): "megatron-deepspeed",
+    ("megatron-ds", True): "megatron-deepspeed",
+    ("deepspeed-megatron", True): "megatron-deepspeed",
 }
 # frameworks whose stack depends on the ZeRO stage: (framework, has FP8 tensor cores, zero 3)
 BY_ZERO3: dict[tuple[str, bool], str] = {

@@ -97,6 +97,29 @@ def test_every_table_entry_is_a_shipped_stack():
         planner.load_stack(stack)
 
 
+def test_published_aliases_cost_as_their_software():
+    """Other published names of the same software map as the name they stand for, Hopper
+    switch included; every generation- or ZeRO-dependent row has a base row."""
+    from planner.validate.frameworks import BY_GENERATION, BY_ZERO3, FRAMEWORK_STACKS
+
+    a100, h100 = planner.load_cluster("dgx-a100-80gb"), planner.load_cluster("dgx-h100")
+    pairs = {
+        "NeMo Framework": "nemo",
+        "Megatron-DS": "megatron-deepspeed",
+        "DeepSpeed_Megatron": "megatron-deepspeed",
+        "PyTorch FSDP": "llm-foundry",
+        "FSDP2": "torchtitan-eager",
+    }
+    for alias, same in pairs.items():
+        for cluster in (a100, h100):
+            canonical = stack_for_framework(same, cluster, "bf16")[0]
+            if same in ("llm-foundry", "torchtitan-eager"):
+                canonical = same
+            assert stack_for_framework(alias, cluster, "bf16") == (canonical, None), alias
+    for key, _ in (*BY_GENERATION, *BY_ZERO3):
+        assert key in FRAMEWORK_STACKS
+
+
 def test_v1_case_takes_its_stacks_kernels():
     raw = _v1(
         "gpt3-175b",
