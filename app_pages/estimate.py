@@ -29,6 +29,7 @@ from planner.specs.base import MAX_POWER_W
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
+from planner.uncertainty import error_band
 
 SHIPPED = "Shipped model"
 UPLOAD_YAML = "Upload model YAML"
@@ -251,7 +252,13 @@ def show_report(
     cols[0].metric(
         "Tokens/s", c.fmt_count(report.tokens_per_s), help="tokens per second, whole job"
     )
-    cols[1].metric("Tokens/s per GPU", f"{report.tokens_per_s_per_gpu:,.0f}")
+    band = error_band()
+    lo, hi = band.interval(report.tokens_per_s_per_gpu)
+    cols[1].metric(
+        "Tokens/s per GPU",
+        f"{report.tokens_per_s_per_gpu:,.0f}",
+        help=f"planner's error band: {lo:,.0f} to {hi:,.0f} tokens/s/GPU ({band.text()})",
+    )
     cols[2].metric("MFU", c.fmt_pct(report.mfu_pct), help=report.mfu_convention)
     cols[3].metric("Step time", c.fmt_seconds(report.step_time_s))
     cols[4].metric(

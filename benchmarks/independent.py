@@ -43,11 +43,13 @@ def _stats(group: list[dict]) -> str:
     def f(x: float | None) -> str:
         return f"{x:7.1f}" if x is not None else f"{'-':>7}"
 
-    cover = s["range_coverage_pct"]
+    cover, band = s["range_coverage_pct"], s["band_coverage_pct"]
     return (
         f"{s['n']:4d} {s['n_scored']:4d} {f(s['mape_pct'])} {f(s['median_ape_pct'])} "
         f"{f(s['p90_ape_pct'])} {oom:4d} {s['n_memory']:4d} {f(s['memory_mape_pct'])} "
-        f"{s['n_ranged']:4d} " + (f"{cover:6.0f}%" if cover is not None else "      -")
+        f"{s['n_ranged']:4d} "
+        + (f"{cover:6.0f}%" if cover is not None else "      -")
+        + (f"{band:6.0f}%" if band is not None else "      -")
     )
 
 
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{r['error_pct'] if r['error_pct'] is not None else '-':>8} {pm}"
             )
         print()
-    head = "   n   sc  MAPE %  med %   p90 %  OOM  mem mem MAPE  rng  cover"
+    head = "   n   sc  MAPE %  med %   p90 %  OOM  mem mem MAPE  rng  cover   band"
     print(f"{'stack':28}{head}")
     by_stack = defaultdict(list)
     for r in all_rows:

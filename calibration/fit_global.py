@@ -1,6 +1,6 @@
 """Fit the in-training parameters on the public validation set, and report honestly.
 
-    python -m calibration.fit_global [calibration/validation/public.yaml] [--by source|stack]
+    python -m calibration.fit_global [calibration/validation/public.yaml] [--by stack|source]
 
 Fits ``gemm.sustained_fraction`` (in-training throughput over microbenchmark throughput),
 ``comm.overlap_contention`` (share of overlapped communication that still costs compute) and
@@ -10,7 +10,9 @@ one sustained fraction per GPU generation (Ampere, Hopper, Blackwell: the sustai
 power limits differ by generation; a generation without public cases, CDNA3, takes their mean)
 and the same contention and host cost for every accelerator, framework and model. It prints a leave-one-source-out
 cross-validation (``--by stack``: leave-one-stack-out): each group is predicted with parameters
-fitted without it, which is the error to expect on unseen runs. The result goes to ``calibration/global_params.json``;
+fitted without it, which is the error to expect on unseen runs; the 5th and 95th percentiles of
+those held-out errors are the error band the planner prints beside its predictions
+(``planner/uncertainty.py``). The result goes to ``calibration/global_params.json``;
 ``python -m calibration.fit_public_profiles`` then writes it into every shipped profile.
 """
 
@@ -44,6 +46,8 @@ BOUNDS = ([0.3] * N_SF + [0.0, 0.0], [1.0] * N_SF + [0.5, 200.0])
 # Robust loss in log space: a handful of runs the model cannot explain (e.g. 2021 ZeRO-3)
 # must not drag the two global numbers.
 LOSS, F_SCALE = "soft_l1", 0.15
+# The error band the planner prints beside a prediction: these quantiles of the held-out errors
+BAND_QUANTILES = (0.05, 0.95)
 
 
 def _sf(x: np.ndarray, accel_id: str) -> float:
@@ -107,7 +111,7 @@ def _group(case: dict, by: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Fit, print the leave-one-group-out table (``--by source`` or ``--by stack``), write."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    by = "source"
+    by = "stack"  # the harsher hold-out: a whole software stack unseen, as on a user's run
     if "--by" in argv:
         i = argv.index("--by")
         by = argv[i + 1] if i + 1 < len(argv) else ""
@@ -134,11 +138,13 @@ def main(argv: list[str] | None = None) -> None:
         groups[_group(c, by)].append(c)
     head = "sf a/h/b, oc, op_us"
     print(f"\n{'held-out ' + by:60} {'n':>3} {head:>28} {'MAPE %':>7}")
-    all_cv = []
+    all_cv, held_log = [], []
     for name, held in groups.items():
         rest = [c for c in cases if _group(c, by) != name]
         xg = fit(rest, x)
-        e = np.abs(np.expm1(_log_errors(held, xg))) * 100
+        log_err = _log_errors(held, xg)
+        held_log.extend(log_err)
+        e = np.abs(np.expm1(log_err)) * 100
         all_cv.extend(e)
         sf = "/".join(f"{v:.3f}" for v in xg[:N_SF])
         print(
@@ -162,12 +168,25 @@ def main(argv: list[str] | None = None) -> None:
                 "host_op_us": round(float(x[N_SF + 1]), 2),
                 "fitted_on": str(path.name),
                 "n_cases": len(cases),
+                "error_band": {**error_band(held_log), "held_out_by": by},
             },
             indent=2,
         )
         + "\n"
     )
     print(f"wrote {OUT}")
+
+
+def error_band(held_out_log_errors: list[float] | np.ndarray) -> dict:
+    """The planner's error band (:mod:`planner.uncertainty`): the ``BAND_QUANTILES`` of the
+    held-out log errors log(predicted / measured), each case predicted with the global
+    parameters fitted without its group."""
+    q = np.quantile(np.asarray(held_out_log_errors, dtype=float), BAND_QUANTILES)
+    return {
+        "quantiles": list(BAND_QUANTILES),
+        "log_error": [round(float(v), 4) for v in q],
+        "n": len(held_out_log_errors),
+    }
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ SUMMARY_KEYS = {
     "n_memory",
     "n_ranged",
     "range_coverage_pct",
+    "n_banded",
+    "band_coverage_pct",
 }
 
 
@@ -67,6 +69,25 @@ def test_summary_matches_cases(public_result):
     mape = sum(abs(c["error_pct"]) for c in scored) / len(scored)
     assert s["mape_pct"] == pytest.approx(mape, abs=0.01)
     assert s["median_ape_pct"] <= s["p90_ape_pct"] <= s["max_ape_pct"]
+
+
+def test_band_surrounds_each_prediction_and_coverage_counts_it(public_result):
+    """Each scored case carries the planner's error band (planner/uncertainty.py) around its
+    prediction (or its range over unstated knobs); in_band says whether the measurement lies
+    inside, and the summary's coverage is the share of scored cases inside."""
+    scored = [c for c in public_result["cases"] if c["status"] == "ok" and c.get("scored", True)]
+    for c in scored:
+        lo, hi = c["predicted_band_tokens_per_s_per_gpu"]
+        rlo, rhi = (
+            c.get("predicted_range_tokens_per_s_per_gpu")
+            or [c["predicted_tokens_per_s_per_gpu"]] * 2
+        )
+        assert lo < rlo and rhi < hi, c["id"]
+        assert c["in_band"] == (lo <= c["measured_tokens_per_s_per_gpu"] <= hi), c["id"]
+    s = public_result["summary"]
+    assert s["n_banded"] == len(scored)
+    inside = sum(c["in_band"] for c in scored)
+    assert s["band_coverage_pct"] == pytest.approx(100.0 * inside / len(scored), abs=0.05)
 
 
 def _a_case() -> dict:

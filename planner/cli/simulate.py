@@ -19,6 +19,7 @@ from planner.cli.inputs import (
 from planner.cli.misfit import misfit_advice, misfit_json, print_misfit
 from planner.render import render_simulation
 from planner.timeline import write_trace
+from planner.uncertainty import error_band
 from planner.unknowns import UNKNOWABLE, tuned_prediction
 
 
@@ -76,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
             layout=layout.model_dump(mode="json"),
             training=training.model_dump(mode="json"),
         )
+        lo, hi = (
+            (tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)
+            if tuned is not None
+            else (report.tokens_per_s_per_gpu, report.tokens_per_s_per_gpu)
+        )
+        out["tokens_per_s_per_gpu_band"] = list(error_band().interval(lo, hi))
         if tuned is not None:
             out["tuned"] = {
                 "picked": tuned.picked,
@@ -95,5 +102,10 @@ def run(args: argparse.Namespace) -> int:
                 f"[bold]Unstated knobs[/]: tuned to {picked} (the fastest of "
                 f"{tuned.settings} legal settings that fit); tokens/s/GPU over those settings: "
                 f"{tuned.tokens_per_s_per_gpu_min:,.1f} to {tuned.tokens_per_s_per_gpu_max:,.1f}"
+                "; with the planner's error band: {:,.1f} to {:,.1f}".format(
+                    *error_band().interval(
+                        tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
+                    )
+                )
             )
     return 0

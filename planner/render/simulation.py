@@ -17,6 +17,7 @@ from planner.report import MEMORY_CATEGORIES, TIME_CATEGORIES, StepReport
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
+from planner.uncertainty import error_band
 
 
 def render_header(
@@ -85,6 +86,13 @@ def _experts_text(model: ModelSpec, layout: Layout, training: Training) -> str:
     )
 
 
+def _band_text(tokens_per_s_per_gpu: float) -> str:
+    """Where a measured run lands around the prediction (planner/uncertainty.py)."""
+    band = error_band()
+    lo, hi = band.interval(tokens_per_s_per_gpu)
+    return f"{lo:,.1f} to {hi:,.1f} tokens/s/GPU ({band.text()})"
+
+
 def render_headline(console: Console, report: StepReport, cluster: Cluster) -> None:
     """Step time (s), tokens/s, tokens/s/GPU, MFU/HFU (%), TFLOP per token and TFLOP/s per GPU."""
     tflop_per_s_gpu = report.model_flops_per_token * report.tokens_per_s_per_gpu / 1e12
@@ -93,6 +101,7 @@ def render_headline(console: Console, report: StepReport, cluster: Cluster) -> N
         ("tokens per step", f"{report.tokens_per_step:,}"),
         ("throughput", _fmt(report.tokens_per_s, 0, " tokens/s")),
         ("throughput per GPU", _fmt(report.tokens_per_s_per_gpu, 1, " tokens/s/GPU")),
+        ("planner's error band", _band_text(report.tokens_per_s_per_gpu)),
         ("MFU (of the bf16 peak)", _fmt(report.mfu_pct, 1, " %")),
         *(
             [("MFU (of the training precision's peak)", _fmt(p, 1, " %"))]

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.render.tables import _fmt, _kv_table, _truncate
+from planner.uncertainty import error_band
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -85,6 +86,15 @@ def render_validation(console: Console, result: dict[str, Any]) -> None:
             (
                 "unstated knobs",
                 f"{ranged[0]} cases tuned; measured inside the predicted range for {ranged[1]}",
+            )
+        )
+    if s.get("n_banded"):
+        inside = round(s["band_coverage_pct"] * s["n_banded"] / 100.0)
+        rows.append(
+            (
+                "error band",
+                f"measured inside the planner's error band for {inside} of {s['n_banded']} "
+                f"({s['band_coverage_pct']:.1f} %; band: {error_band().text()})",
             )
         )
     console.print(_kv_table("Summary (scored cases with status ok)", rows))

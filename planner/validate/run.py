@@ -25,6 +25,7 @@ from planner.simulate import simulate_step
 from planner.specs.layout import Layout, Recompute, Training
 from planner.specs.loading import read_yaml_file
 from planner.stacks import applied_violation, apply_stack, stack_violation, training_defaults
+from planner.uncertainty import error_band
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
 from planner.validate.inputs import CaseInputs, case_inputs
@@ -297,12 +298,18 @@ def _case_result(
             "predicted_peak_memory_kind": memory_kind,
         }
     )
+    # the planner's error band (planner/uncertainty.py) around the range, else the prediction
+    lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or (pred, pred)
+    band = error_band().interval(lo, hi)
+    out["predicted_band_tokens_per_s_per_gpu"] = [round(band[0], 2), round(band[1], 2)]
+    out["in_band"] = bool(band[0] <= meas <= band[1])
     return out
 
 
 def summarize(cases: list[dict]) -> dict:
-    """Error summary over scored cases with status ok (shared/validation/README.md), and the
-    share of cases with a predicted range whose measurement falls inside it."""
+    """Error summary over scored cases with status ok (shared/validation/README.md), the
+    share of cases with a predicted range whose measurement falls inside it, and the share of
+    scored cases whose measurement falls inside the planner's error band around it."""
     ok = [c for c in cases if c["status"] == "ok" and _finite(c.get("error_pct"))]
     scored = [c for c in ok if c.get("scored", True)]
     ape = np.array([abs(c["error_pct"]) for c in scored], dtype=float)
@@ -314,6 +321,7 @@ def summarize(cases: list[dict]) -> dict:
         if c.get("measured_peak_memory_gib")
     ]
     ranged = [c for c in ok if "in_range" in c]
+    banded = [c for c in scored if "in_band" in c]
 
     def stat(fn: Any) -> float | None:
         return round(float(fn(ape)), 2) if ape.size else None
@@ -331,6 +339,10 @@ def summarize(cases: list[dict]) -> dict:
         "n_ranged": len(ranged),
         "range_coverage_pct": (
             round(100.0 * sum(c["in_range"] for c in ranged) / len(ranged), 1) if ranged else None
+        ),
+        "n_banded": len(banded),
+        "band_coverage_pct": (
+            round(100.0 * sum(c["in_band"] for c in banded) / len(banded), 1) if banded else None
         ),
     }
 

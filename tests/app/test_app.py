@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,10 @@ def test_estimate_power_limit_caps_the_cluster() -> None:
     box = at.number_input(key="est_power_limit")
     assert box.value == 0  # the accelerator's own board power
     free = _metric(at, "Tokens/s per GPU")
+    # the metric's help carries the planner's error band around the figure
+    (tip,) = [m.proto.help for m in at.metric if m.label == "Tokens/s per GPU"]
+    lo, hi = (float(x.replace(",", "")) for x in re.findall(r"([\d,]+) to ([\d,]+)", tip)[0])
+    assert lo < float(free.replace(",", "")) < hi
     cluster = planner.load_cluster(at.selectbox(key="est_cluster").value)
     box.set_value(0.6 * cluster.accelerator.tdp_w).run()
     _ok(at)

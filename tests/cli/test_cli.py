@@ -76,6 +76,8 @@ def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["training"]["seq_len"] == 8192
     assert data["model"]["name"] == "llama3.1-70b"
     assert data["cluster"]["id"] == "dgx-h100"
+    lo, hi = data["tokens_per_s_per_gpu_band"]  # the planner's error band around it
+    assert lo < data["tokens_per_s_per_gpu"] < hi
 
 
 def test_cross_entropy_flag_reaches_the_report(capsys: pytest.CaptureFixture[str]) -> None:
