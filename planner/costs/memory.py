@@ -196,7 +196,7 @@ def state_bytes(
     ``mixed_precision_reduce``.
     """
     shard = layout.dp * layout.cp
-    expert_shard = max(1, layout.tp * shard // (layout.ep * layout.expert_tp))
+    expert_shard = layout.expert_dp
     fp32 = training.precision == "fp32"
     w_b = 4 if fp32 else WEIGHT_BYTES  # fp32 training: the weights are the master copy
     o_b = optimizer_state_bytes(training)

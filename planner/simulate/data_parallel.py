@@ -76,8 +76,11 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
 
 
 def owned_params(ctx: Context, params: Params) -> float:
-    """Parameters whose optimizer state this GPU holds (its ZeRO shard, or all of its own)."""
-    return params.local / (ctx.groups.dp_cp.size if ctx.layout.zero >= 1 else 1)
+    """Parameters whose optimizer state this GPU holds (its ZeRO shard, or all of its own):
+    dense parameters sharded over DP x CP, experts over their own data-parallel group."""
+    if ctx.layout.zero < 1:
+        return params.local
+    return params.dense / ctx.groups.dp_cp.size + params.stage_experts / ctx.layout.expert_dp
 
 
 def _collectives(ctx: Context, stack: Stack, params: Params) -> DataParallel:
@@ -85,8 +88,7 @@ def _collectives(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     layout, training, fabric, m = ctx.layout, ctx.training, ctx.fabric, ctx.microbatches
     grad_b = memory.grad_bytes(training)
     dp_group = ctx.groups.dp_cp
-    edp = max(1, layout.tp * layout.dp * layout.cp // (layout.ep * layout.expert_tp))
-    edp_group = comms.place(edp, layout.ep * layout.expert_tp, fabric.domain_gpus)
+    edp_group = comms.place(layout.expert_dp, layout.ep * layout.expert_tp, fabric.domain_gpus)
     per_layer = stack.per_layer
     stage_fwd = params.stage_layers * per_layer["fwd"]
     stage_bwd = params.stage_layers * (per_layer["bwd"] + per_layer["recompute"])

@@ -164,7 +164,8 @@ def time_columns(c: Columns, t: Columns, pp: int, zero: int, reshard: bool, laye
     steady = m * best
     bubble = np.maximum(t_sum - best, 0.0) / c.vpp
     adam_b, ops, adam_bps, host, tokens, peak = (t.consts[:, j] for j in range(4, 10))
-    owned = c.local / t.dpcp if zero >= 1 else c.local
+    # dense parameters sharded over DP x CP, experts over their own data-parallel group
+    owned = c.dense / t.dpcp + c.experts / c.eshard if zero >= 1 else c.local
     gpu = owned * adam_b / adam_bps
     issue = ops * host
     optimizer = np.where(issue > gpu, issue, gpu)

@@ -165,6 +165,13 @@ class Layout(_Frozen):
         return self.tp if (self.dp * self.cp) % self.ep == 0 else 1
 
     @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel size: the ranks holding a replica of the same experts, over
+        which their gradients are reduced and (ZeRO >= 1) their optimizer state is sharded
+        (tp x dp x cp / (ep x expert_tp), Megatron-Core's expert-data-parallel group)."""
+        return max(1, self.tp * self.dp * self.cp // (self.ep * self.expert_tp))
+
+    @property
     def virtual_stages(self) -> int:
         return self.vpp or 1
 

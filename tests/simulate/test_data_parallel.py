@@ -13,7 +13,7 @@ import pytest
 import planner
 from planner.costs import comms, memory
 from planner.simulate import simulate_step
-from planner.simulate.data_parallel import dp_traffic, param_tensors
+from planner.simulate.data_parallel import dp_traffic, owned_params, param_tensors
 from planner.simulate.stages import layer_stack, make_context, params_per_gpu
 from planner.specs.layout import Layout, Training
 
@@ -150,3 +150,19 @@ def test_torchtitan_stacks_copy_out_and_fsdp1_does_not():
     ]:
         got, _ = apply_stack(planner.load_stack(name), model, layout, training)
         assert got.zero3_collectives == want, name
+
+
+@pytest.mark.parametrize("ep", [8, 64])
+def test_optimizer_owns_the_shard_its_memory_holds(ep):
+    """The AdamW update runs over the state this GPU holds: dense parameters sharded over DP,
+    experts over their own data-parallel group (dp / ep), as the optimizer-state memory counts
+    them (tests/simulate/test_batch.py checks the search path's figures against this one)."""
+    model = planner.load_model("gpt-oss-120b")
+    cluster = planner.load_cluster("dgx-b200")
+    layout = Layout(dp=64, ep=ep, zero=1)
+    training = Training(seq_len=4096, global_batch=512, micro_batch=1, recompute="full")
+    ctx, params, _ = _dp(model, cluster, layout, training)
+    owned = owned_params(ctx, params)
+    held = memory.state_bytes(params.dense, params.stage_experts, layout, training).optimizer
+    assert owned * memory.optimizer_state_bytes(training) == pytest.approx(held, rel=1e-9)
+    assert owned > params.local / 64  # experts shard over dp / ep ranks, not over all 64
