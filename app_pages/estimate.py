@@ -252,7 +252,7 @@ def show_report(
     cols[0].metric(
         "Tokens/s", c.fmt_count(report.tokens_per_s), help="tokens per second, whole job"
     )
-    band = error_band()
+    band = error_band(model.moe is not None)
     lo, hi = band.interval(report.tokens_per_s_per_gpu)
     cols[1].metric(
         "Tokens/s per GPU",

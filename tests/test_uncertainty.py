@@ -11,7 +11,7 @@ import pytest
 from calibration.fit_global import BAND_QUANTILES
 from calibration.fit_global import error_band as fit_band
 from planner.errors import PlannerError
-from planner.uncertainty import ErrorBand, error_band, parse_band
+from planner.uncertainty import ErrorBand, error_band, parse_band, parse_bands
 
 GOOD = {
     "error_band": {
@@ -28,6 +28,27 @@ def test_shipped_band_is_what_the_fit_wrote():
     assert (band.low_quantile, band.high_quantile) == BAND_QUANTILES
     assert band.low_log_error <= 0.0 <= band.high_log_error
     assert band.n > 0 and band.held_out_by in ("stack", "source")
+
+
+def test_shipped_bands_by_model_kind_split_the_held_out_cases():
+    dense, moe, every = error_band(False), error_band(True), error_band()
+    assert (dense.kind, moe.kind, every.kind) == ("dense", "moe", "all")
+    assert dense.n + moe.n == every.n  # each held-out case in exactly one kind
+    assert "MoE-model" in moe.text() and "dense-model" in dense.text()
+
+
+def test_a_kind_without_its_own_band_falls_back_to_all():
+    bands = parse_bands(GOOD)
+    assert set(bands) == {"all"}
+    with_moe = copy.deepcopy(GOOD)
+    with_moe["error_band"]["kinds"] = {
+        "moe": {"quantiles": [0.05, 0.95], "log_error": [-0.3, 0.6], "n": 11}
+    }
+    bands = parse_bands(with_moe)
+    assert bands["moe"].interval(100.0) == pytest.approx(
+        (100 * math.exp(-0.6), 100 * math.exp(0.3))
+    )
+    assert bands["moe"].held_out_by == "stack" and bands["moe"].n == 11
 
 
 def test_interval_widens_a_point_and_a_range():
@@ -71,6 +92,10 @@ def _bad(path: tuple[str, ...], value: object) -> dict:
     [
         ({}, "error_band"),
         ([1, 2], "error_band"),
+        (
+            {"error_band": {"quantiles": [0.05, 0.95], "log_error": [-0.1, 0.1], "n": 3}},
+            "held_out_by",
+        ),
         (_bad(("error_band", "quantiles"), [0.05]), "error_band"),
         (_bad(("error_band", "log_error"), ["a", "b"]), "error_band"),
         (_bad(("error_band", "quantiles"), [0.95, 0.05]), "quantiles"),
@@ -79,6 +104,15 @@ def _bad(path: tuple[str, ...], value: object) -> dict:
         (_bad(("error_band", "log_error"), [-0.1, 5.0]), "log_error"),
         (_bad(("error_band", "log_error"), [float("nan"), 0.1]), "log_error"),
         (_bad(("error_band", "n"), 0), "n"),
+        (_bad(("error_band", "kinds"), {"sparse": {}}), "kinds"),
+        (_bad(("error_band", "kinds"), {"moe": {"quantiles": [0.05, 0.95]}}), "kinds.moe"),
+        (
+            _bad(
+                ("error_band", "kinds"),
+                {"moe": {"quantiles": [0.05, 0.95], "log_error": [0.2, 0.3], "n": 3}},
+            ),
+            "kinds.moe.log_error",
+        ),
     ],
 )
 def test_bad_band_names_the_field(data, field):

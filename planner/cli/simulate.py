@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             if tuned is not None
             else (report.tokens_per_s_per_gpu, report.tokens_per_s_per_gpu)
         )
-        out["tokens_per_s_per_gpu_band"] = list(error_band().interval(lo, hi))
+        out["tokens_per_s_per_gpu_band"] = list(error_band(model.moe is not None).interval(lo, hi))
         if tuned is not None:
             out["tuned"] = {
                 "picked": tuned.picked,
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{tuned.settings} legal settings that fit); tokens/s/GPU over those settings: "
                 f"{tuned.tokens_per_s_per_gpu_min:,.1f} to {tuned.tokens_per_s_per_gpu_max:,.1f}"
                 "; with the planner's error band: {:,.1f} to {:,.1f}".format(
-                    *error_band().interval(
+                    *error_band(model.moe is not None).interval(
                         tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
                     )
                 )

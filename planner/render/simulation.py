@@ -86,22 +86,25 @@ def _experts_text(model: ModelSpec, layout: Layout, training: Training) -> str:
     )
 
 
-def _band_text(tokens_per_s_per_gpu: float) -> str:
+def _band_text(tokens_per_s_per_gpu: float, moe: bool | None) -> str:
     """Where a measured run lands around the prediction (planner/uncertainty.py)."""
-    band = error_band()
+    band = error_band(moe)
     lo, hi = band.interval(tokens_per_s_per_gpu)
     return f"{lo:,.1f} to {hi:,.1f} tokens/s/GPU ({band.text()})"
 
 
-def render_headline(console: Console, report: StepReport, cluster: Cluster) -> None:
-    """Step time (s), tokens/s, tokens/s/GPU, MFU/HFU (%), TFLOP per token and TFLOP/s per GPU."""
+def render_headline(
+    console: Console, report: StepReport, cluster: Cluster, moe: bool | None = None
+) -> None:
+    """Step time (s), tokens/s, tokens/s/GPU, MFU/HFU (%), TFLOP per token and TFLOP/s per GPU;
+    ``moe``: whether the model routes to experts (its error band; None: the all-model band)."""
     tflop_per_s_gpu = report.model_flops_per_token * report.tokens_per_s_per_gpu / 1e12
     rows = [
         ("step time", _fmt(report.step_time_s, 3, " s")),
         ("tokens per step", f"{report.tokens_per_step:,}"),
         ("throughput", _fmt(report.tokens_per_s, 0, " tokens/s")),
         ("throughput per GPU", _fmt(report.tokens_per_s_per_gpu, 1, " tokens/s/GPU")),
-        ("planner's error band", _band_text(report.tokens_per_s_per_gpu)),
+        ("planner's error band", _band_text(report.tokens_per_s_per_gpu, moe)),
         ("MFU (of the bf16 peak)", _fmt(report.mfu_pct, 1, " %")),
         *(
             [("MFU (of the training precision's peak)", _fmt(p, 1, " %"))]
@@ -212,7 +215,7 @@ def render_simulation(
 ) -> None:
     """Everything ``planner simulate`` shows, in reading order."""
     render_header(console, report, model, cluster, layout, training)
-    render_headline(console, report, cluster)
+    render_headline(console, report, cluster, model.moe is not None)
     render_time(console, report)
     render_memory(console, report)
     render_notes(console, report)

@@ -94,7 +94,8 @@ def render_validation(console: Console, result: dict[str, Any]) -> None:
             (
                 "error band",
                 f"measured inside the planner's error band for {inside} of {s['n_banded']} "
-                f"({s['band_coverage_pct']:.1f} %; band: {error_band().text()})",
+                f"({s['band_coverage_pct']:.1f} %; band by model kind: dense "
+                f"{error_band(False).text()}, MoE {error_band(True).text()})",
             )
         )
     console.print(_kv_table("Summary (scored cases with status ok)", rows))

@@ -136,7 +136,7 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
         )
     if not rep.fits and not isinstance(case, CaseV2):
         rep = _fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
-    return _case_result(out, case, rep, notes, i.memory_kind)
+    return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
 
 
 # the reduced AdamW states a schema 1 case may have run, largest first (Training.optimizer_states)
@@ -276,9 +276,10 @@ def _offloaded(
 
 
 def _case_result(
-    out: dict, case: Case | CaseV2, rep: Any, notes: list[str], memory_kind: str
+    out: dict, case: Case | CaseV2, rep: Any, notes: list[str], memory_kind: str, moe: bool
 ) -> dict:
-    """Fill a case's result row from its report (every figure finite: simulate checks)."""
+    """Fill a case's result row from its report (every figure finite: simulate checks);
+    ``moe``: the model routes to experts (the band of its kind, planner/uncertainty.py)."""
     pred = rep.tokens_per_s_per_gpu
     meas = case.measured.tokens_per_s_per_gpu
     peak = rep.peak_reserved_gib if memory_kind == "reserved" else rep.peak_memory_gib
@@ -300,7 +301,7 @@ def _case_result(
     )
     # the planner's error band (planner/uncertainty.py) around the range, else the prediction
     lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or (pred, pred)
-    band = error_band().interval(lo, hi)
+    band = error_band(moe).interval(lo, hi)
     out["predicted_band_tokens_per_s_per_gpu"] = [round(band[0], 2), round(band[1], 2)]
     out["in_band"] = bool(band[0] <= meas <= band[1])
     return out
