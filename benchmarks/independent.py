@@ -7,8 +7,9 @@ Float8 / async TP, DeepSpeed ZeRO, Megatron-DeepSpeed, llm-foundry, Megatron-Cor
 Megatron-Bridge runs that are not in ``public.yaml``; sources in each case) and prints, per
 stack and over all runs: tokens/s/GPU MAPE, median, p90, the runs predicted out of memory,
 the memory MAPE against the measured peak of the kind the source published (allocated or
-reserved), and the share of runs with unstated knobs whose measurement falls in the predicted
-range. No fit script lists these files (tests/calibration/test_fit_inputs.py).
+reserved), the share of runs with unstated knobs whose measurement falls in the predicted
+range, and the share of scored runs inside the planner's error band (planner/uncertainty.py).
+No fit script lists these files (tests/calibration/test_fit_inputs.py).
 """
 
 from __future__ import annotations

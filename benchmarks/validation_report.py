@@ -55,7 +55,7 @@ NOTES = """\
   +26%, the error of the 26.02 B200 row (+29%). gpt-oss throughput is over-predicted on every
   system (+22% to +65% on the held-out rows; attention sinks and its biased, clamped experts
   are not costed). On 33 held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`)
-  the MAPE is 19.4%.
+  the MAPE is 19.2%.
 * **Small models on many GPUs (llm-foundry 125M-3B on 512 H100s)**: over-predicted by 20-30%;
   per-layer framework overheads (FSDP hooks, optimizer launches) that do not shrink with the
   model are only represented by a fixed per-kernel cost.

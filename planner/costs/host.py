@@ -12,7 +12,10 @@ launch queue, and the grouped GEMM issues one GEMM (and, in FP8, one quantisatio
 expert. Megatron-Bridge's own tables show it: Qwen3-30B-A3B on 8 B200 runs 18,066 tokens/s/GPU
 with static (token-drop) shapes in 25.09 and 9,299 dropless in 25.11 at micro-batch 1, while
 dropless GB200 at micro-batch 4 reaches 23,766 (docs/performance-summary-archive.md): a fixed
-per-layer cost that larger micro-batches amortise. Token-drop runs with static shapes are
+per-layer cost that larger micro-batches amortise. (The 25.09 B200 run also replayed each layer
+as a CUDA graph, which token drop's static shapes allow: Megatron-Bridge v0.1.0rc4's perf_matrix
+sets cuda_graphs: true there, i.e. Megatron-Core ``enable_cuda_graph``; its held-out case states
+``execution: cuda_graphs``, and the planner charges it no host time.) Token-drop runs with static shapes are
 host-bound too at small micro-batches (25.09: Qwen3-235B on 64 B200 at 4,104 tokens/s/GPU where
 the GPU-only model says 5,559), so the floor applies to every layer, sync or not: when issuing a
 layer takes longer than running it, running ahead across layers does not help.
