@@ -73,6 +73,42 @@ def test_cli_unknown_reports_the_pick_and_range(capsys: pytest.CaptureFixture[st
     assert out["training"]["micro_batch"] == out["tuned"]["picked"]["micro_batch"]
 
 
+SIM_70B = [
+    "--model",
+    "llama3.1-70b",
+    "--cluster",
+    "dgx-h100",
+    "--gpus",
+    "64",
+    "--tp",
+    "8",
+    "--pp",
+    "4",
+    "--sequence-parallel",
+    "--global-batch",
+    "64",
+]
+
+
+def test_a_knob_flag_given_unknown_is_tuned_as_with_unknown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", *SIM_70B, "--unknown", "micro_batch,zero", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    flags = ["--micro-batch", "unknown", "--zero", "UNKNOWN", "--json"]
+    assert main(["simulate", *SIM_70B, *flags]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert given["tuned"] == listed["tuned"]
+    assert set(given["tuned"]["picked"]) == {"micro_batch", "zero"}
+    assert given["tokens_per_s_per_gpu"] == listed["tokens_per_s_per_gpu"]
+
+
+def test_commands_that_do_not_tune_refuse_unknown(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["goodput", *SIM_70B, "--recompute", "unknown"]) != 0
+    err = capsys.readouterr().err
+    assert "--recompute" in err and "planner simulate" in err and "Traceback" not in err
+
+
 def test_validate_tunes_every_unstated_knob() -> None:
     from planner.resources import shipped_cases
     from planner.validate import validate_file

@@ -37,6 +37,7 @@ from planner.stacks import (
     apply_stack,
     check_stack,
 )
+from planner.unknowns import UNKNOWABLE
 
 # The specs the flags describe; read when a parser is built, so a subclass can stand in
 LAYOUT_SPEC: type[Layout] = Layout
@@ -52,6 +53,9 @@ LEGACY_FLAGS = {
 # help of the fields the specs do not describe yet (a spec description takes precedence)
 # the command line's defaults where the spec has none (global_batch stays required)
 TRAINING_DEFAULTS = {"seq_len": 4096}
+# the value a knob flag of UNKNOWABLE takes when the run does not state it (planner simulate
+# then tunes it, as --unknown does); the other layout commands refuse it
+UNKNOWN = "unknown"
 
 
 def _add_dp_flag(p: argparse.ArgumentParser) -> None:
@@ -154,6 +158,7 @@ def add_layout_flags(p: argparse.ArgumentParser) -> None:
         unset=STACK_TRAINING_FIELDS,
         required_note="(required, unless --layout FILE gives it)",
     )
+    _accept_unknown(p)
     add_stack_flag(p)
     p.add_argument("--profile", default=None, help="calibration profile id or JSON path")
     add_profile_device_flag(p)
@@ -250,8 +255,41 @@ def training_from_flags(args: argparse.Namespace) -> Training:
     return build_spec(TRAINING_SPEC, "training", **field_values(args, TRAINING_SPEC))
 
 
+def _accept_unknown(p: argparse.ArgumentParser) -> None:
+    """Let the flags of the knobs in UNKNOWABLE also take ``unknown``."""
+    for action in p._actions:  # noqa: SLF001 (argparse keeps its actions there)
+        if action.dest not in UNKNOWABLE:
+            continue
+        convert = action.type or str
+
+        def parse(text: str, convert: Callable[[str], Any] = convert) -> Any:  # noqa: ANN401
+            return UNKNOWN if text.strip().lower() == UNKNOWN else convert(text)
+
+        action.type = parse
+        if action.choices is not None:
+            action.choices = (*action.choices, UNKNOWN)
+        note = f"{UNKNOWN!r}: not stated (planner simulate tunes it, as --unknown)"
+        action.help = f"{action.help}; {note}" if action.help else note
+
+
+def take_unknown_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The knobs whose flag was given as ``unknown``, each flag reset to unset."""
+    names = tuple(n for n in UNKNOWABLE if getattr(args, n, None) == UNKNOWN)
+    for name in names:
+        setattr(args, name, None)
+    return names
+
+
 def simulate_inputs(args: argparse.Namespace) -> tuple[int, Layout, Training]:
     """(gpus, layout, training) from --layout FILE or from the flags."""
+    for name in UNKNOWABLE:
+        if getattr(args, name, None) == UNKNOWN:
+            flag = LEGACY_FLAGS.get(name, "--" + name.replace("_", "-"))
+            raise PlannerError(
+                flag,
+                f"{UNKNOWN!r} is taken by planner simulate only",
+                f"a value of {flag}, or planner simulate {flag} {UNKNOWN}",
+            )
     if args.layout is None:
         if args.gpus is None:
             raise PlannerError("--gpus", "required (or --layout FILE)", "an integer >= 1")

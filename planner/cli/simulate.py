@@ -14,6 +14,7 @@ from planner.cli.inputs import (
     load_model_cluster,
     run_profile,
     simulate_inputs,
+    take_unknown_flags,
     with_stack,
 )
 from planner.cli.misfit import misfit_advice, misfit_json, print_misfit
@@ -38,7 +39,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="KNOBS",
         help="knobs the run does not state, comma-separated from "
         f"{', '.join(UNKNOWABLE)}: the report is the tuned one (the fastest legal setting "
-        "that fits) with the range of tokens/s/GPU over every setting that fits",
+        "that fits) with the range of tokens/s/GPU over every setting that fits (or give the "
+        "knob's own flag the value unknown, e.g. --micro-batch unknown)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
@@ -52,14 +54,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """One step prediction as rich tables or JSON."""
+    unknown = tuple(dict.fromkeys((*args.unknown, *take_unknown_flags(args))))
     model, cluster = load_model_cluster(args)
     gpus, layout, training = simulate_inputs(args)
     stack, layout, training = with_stack(args, model, layout, training)
     planner.check_layout(model, cluster, layout, training, gpus=gpus)
     profile = run_profile(args, cluster)
     tuned = None
-    if args.unknown:
-        tuned = tuned_prediction(model, cluster, layout, training, profile, args.unknown, stack)
+    if unknown:
+        tuned = tuned_prediction(model, cluster, layout, training, profile, unknown, stack)
         report, layout, training = tuned.report, tuned.layout, tuned.training
     else:
         report = planner.simulate(
