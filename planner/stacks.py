@@ -110,7 +110,7 @@ def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
     tp_overlap = o.tp_comm == "with_sequence_parallel" and layout.sequence_parallel
     return {
         "overlap_tp_comm": tp_overlap and layout.tp > 1,
-        "overlap_dp_grad_reduce": o.dp_grad_reduce,
+        "overlap_dp_grad_reduce": o.dp_grad_reduce and (layout.pp == 1 or o.dp_grad_reduce_with_pp),
         "overlap_zero3_param_gather": o.zero3_param_gather,
         "pp_scatter_gather": o.pp_scatter_gather and layout.pp > 1,
         "overlap_pp_comm": o.pp_p2p_interleaved and layout.pp > 1,

@@ -292,6 +292,33 @@ def test_torchtitan_fsdp_under_a_pipeline_stays_gathered() -> None:
     assert not stack_layout_default(stack, piped) and stack_layout_default(mega, piped)
 
 
+def test_deepspeed_pipeline_engine_reduces_gradients_after_the_flush() -> None:
+    """Megatron-DeepSpeed under a pipeline runs DeepSpeed's PipelineEngine, which all-reduces
+    the gradients once after the last backward: nothing of it overlaps, so the exposed DP time
+    is the whole reduction; without a pipeline ZeRO's overlap_comm hides part of it.
+    Megatron-LM 2021 (local DDP) never overlaps it."""
+    from planner.stacks import layout_defaults
+
+    model = planner.load_model("gpt3-175b")
+    cluster = planner.load_cluster("dgx-a100-80gb")
+    tr = planner.Training(seq_len=2048, global_batch=256, micro_batch=1, recompute="full")
+    piped = planner.Layout(tp=8, pp=8, dp=4, zero=1)
+    mds = planner.load_stack("megatron-deepspeed-2022")
+    assert layout_defaults(mds, planner.Layout(tp=8, dp=4))["overlap_dp_grad_reduce"]
+    assert not layout_defaults(mds, piped)["overlap_dp_grad_reduce"]
+    after = planner.simulate(model, cluster, piped, tr, stack=mds)
+    hidden = planner.simulate(
+        model, cluster, piped.with_changes(overlap_dp_grad_reduce=True), tr, stack=mds
+    )
+    assert after.plan is not None and hidden.plan is not None
+    assert after.time_breakdown_s["dp_comm"] > hidden.time_breakdown_s["dp_comm"] > 0.0
+    assert after.step_time_s > hidden.step_time_s
+    mlm = planner.load_stack("megatron-lm-2021")
+    for layout in (piped, planner.Layout(tp=8, dp=4)):
+        assert not layout_defaults(mlm, layout)["overlap_dp_grad_reduce"]
+    assert layout_defaults(planner.load_stack("megatron-core"), piped)["overlap_dp_grad_reduce"]
+
+
 def stack_layout_default(stack, layout) -> bool:  # noqa: ANN001
     from planner.stacks import layout_defaults
 

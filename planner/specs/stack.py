@@ -146,6 +146,12 @@ class StackOverlap(Spec):
         "sequence parallelism is (NeMo tp_comm_overlap, torchtitan async TP)"
     )
     dp_grad_reduce: bool = Field(description="gradient reduction overlapped with backward")
+    dp_grad_reduce_with_pp: bool = Field(
+        default=True,
+        description="the gradient reduction stays overlapped with backward when a pipeline "
+        "runs (false: the pipeline engine reduces once after its flush, as DeepSpeed's "
+        "PipelineEngine does)",
+    )
     zero3_param_gather: bool = Field(description="ZeRO-3 / FSDP all-gather prefetched")
     pp_scatter_gather: bool = Field(
         description="pipeline messages scattered over the TP ranks (Megatron-LM 2021 default)"
