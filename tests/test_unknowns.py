@@ -46,33 +46,6 @@ def test_unknown_names_and_nothing_that_fits_are_one_line_errors() -> None:
         tuned_prediction(MODEL, CLUSTER, planner.Layout(dp=64), huge, PROFILE, ("micro_batch",))
 
 
-def test_cli_unknown_reports_the_pick_and_range(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [
-        "simulate",
-        "--model",
-        "llama3.1-70b",
-        "--cluster",
-        "dgx-h100",
-        "--gpus",
-        "64",
-        "--tp",
-        "8",
-        "--pp",
-        "4",
-        "--sequence-parallel",
-        "--global-batch",
-        "64",
-        "--unknown",
-        "micro_batch",
-        "--json",
-    ]
-    assert main(argv) == 0
-    out = json.loads(capsys.readouterr().out)
-    lo, hi = out["tuned"]["tokens_per_s_per_gpu_range"]
-    assert lo <= out["tokens_per_s_per_gpu"] <= hi
-    assert out["training"]["micro_batch"] == out["tuned"]["picked"]["micro_batch"]
-
-
 SIM_70B = [
     "--model",
     "llama3.1-70b",
@@ -88,6 +61,15 @@ SIM_70B = [
     "--global-batch",
     "64",
 ]
+
+
+def test_cli_unknown_reports_the_pick_and_range(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", *SIM_70B, "--unknown", "micro_batch", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    lo, hi = out["tuned"]["tokens_per_s_per_gpu_range"]
+    assert lo <= out["tokens_per_s_per_gpu"] <= hi
+    assert out["training"]["micro_batch"] == out["tuned"]["picked"]["micro_batch"]
 
 
 def test_a_knob_flag_given_unknown_is_tuned_as_with_unknown(

@@ -265,6 +265,8 @@ def _accept_unknown(p: argparse.ArgumentParser) -> None:
         def parse(text: str, convert: Callable[[str], Any] = convert) -> Any:  # noqa: ANN401
             return UNKNOWN if text.strip().lower() == UNKNOWN else convert(text)
 
+        # argparse names the type in its error ("invalid int value"): keep the original's name
+        parse.__name__ = getattr(convert, "__name__", "value")
         action.type = parse
         if action.choices is not None:
             action.choices = (*action.choices, UNKNOWN)

@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         write_trace(report, model, layout, training, args.trace)
         sys.stderr.write(f"wrote {args.trace} (Chrome trace JSON: open it in ui.perfetto.dev)\n")
+    band = error_band(model.moe is not None)  # the planner's error band of the model's kind
     advice = misfit_advice(args, model, cluster, layout, training, profile, stack, report)
     if args.json:
         out = report.to_dict() | misfit_json(advice)
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             if tuned is not None
             else (report.tokens_per_s_per_gpu, report.tokens_per_s_per_gpu)
         )
-        out["tokens_per_s_per_gpu_band"] = list(error_band(model.moe is not None).interval(lo, hi))
+        out["tokens_per_s_per_gpu_band"] = list(band.interval(lo, hi))
         if tuned is not None:
             out["tuned"] = {
                 "picked": tuned.picked,
@@ -106,9 +107,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{tuned.settings} legal settings that fit); tokens/s/GPU over those settings: "
                 f"{tuned.tokens_per_s_per_gpu_min:,.1f} to {tuned.tokens_per_s_per_gpu_max:,.1f}"
                 "; with the planner's error band: {:,.1f} to {:,.1f}".format(
-                    *error_band(model.moe is not None).interval(
-                        tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
-                    )
+                    *band.interval(tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)
                 )
             )
     return 0
