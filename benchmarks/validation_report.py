@@ -34,7 +34,7 @@ NOTES = """\
   linears and LayerNorms: `Training.linear_bias`, set by the stacks that run that model code)
   instead of 6 then brought them to -16..+14% (leave-one-stack-out 28.6 -> 9.7%). What is
   left: the 1,536-GPU 175B row is now under-predicted (-16%) while 530B stays over (+13-14%).
-* **MoE cases** (11; Qwen3, gpt-oss, DeepSeek-V3, Mixtral, Grok-1): all 11 run, MAPE 24% over
+* **MoE cases** (11; Qwen3, gpt-oss, DeepSeek-V3, Mixtral, Grok-1): all 11 run, MAPE 23% over
   them. Fine-grained dropless MoE waits for the host (one device-to-host sync and 16-32
   per-expert launches per layer; `host_overhead` in the breakdown), which brought Qwen3-235B on
   B200 from +70% to -1% and DeepSeek-V3 on B200 (which states it trained with MTP) to -17%;
@@ -42,26 +42,32 @@ NOTES = """\
   once Megatron-Bridge's in-place (Transformer Engine) cross-entropy is modelled (B200) and, on
   H100, where the source does not state recompute and the printed micro-batch 4 cannot fit
   without it, with the lightest recompute that fits (full; the row is flagged inconsistent by
-  its own notes). Still missed: Qwen3-30B-A3B on H100 (+93%; the same layout with token drop in
-  25.09 ran 2x faster and is predicted within 10%). Megatron-Bridge's later tables show the
-  same software sensitivity: dropless on 16 H100 at the same printed layout (PP 2, VP 12, EP 8,
-  micro-batch 1) 26.02 ran 5,113 tokens/s/GPU and 26.02.01 9,058. The presets do not explain it
-  (both v0.3.0 and v0.3.1 route this model through the flex / DeepEP dispatcher; v0.2.0, behind
-  25.11, through the all-to-all one), so the planner, which predicts these layouts alike, has no
-  mechanism to tell the slow releases from the fast (25.11 is a slow one). Also
-  missed: gpt-oss on B200 (+98%): the table prints EP 8, under which the
-  all-to-all stays inside a node; Megatron-Bridge's preset for this batch
-  (`GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V1`) sets EP 64, with which the planner predicts
-  +26%, the error of the 26.02 B200 row (+29%). gpt-oss throughput is over-predicted on every
-  row and system: all 11 (held-out +11..+50%, the independent 26.04.01 rows +44..+71%, here
-  +25 and +98%), while DeepSeek-V3 and Qwen3 rows miss in both directions. Read and excluded
+  its own notes). Still missed: Qwen3-30B-A3B on H100 (+88%; the same printed layout with
+  token drop in 25.09 ran 2x faster and is predicted within 10%), and gpt-oss on B200 (+96%).
+  For both, the release's own performance scripts disagree with the printed table (read
+  2026-12-05, Megatron-Bridge v0.2.1, whose docs carry the 25.11 table;
+  `scripts/performance/configs/*/workload_base_configs.py`): Qwen3-30B-A3B on H100 FP8-CS is
+  set to VP 12 and micro-batch 1 (the table prints VP 24 and micro-batch 2), and gpt-oss on
+  B200 to EP 64 (the table prints EP 8). The shipped cases keep the table. Under the scripts'
+  values the planner predicts +10% (micro-batch 1: the dropless layer waits for the host) and
+  +21% (EP 64: the all-to-all leaves the node), near the 26.02 rows that print those layouts
+  (16 H100 at micro-batch 1: 5,113 tokens/s/GPU, predicted +15%; 64 B200 at EP 64: 8,047,
+  +23%). Left out of every figure here: which of the two the runs used is not known. The same
+  check added what the scripts set and the table does not print, where the printed columns
+  agree: the all-to-all overlap (`moe_a2a_overlap` -> `overlap_ep_comm`) of Qwen3-235B on 256
+  H100 (-14 -> +8%) and the whole-iteration CUDA graph of Llama 3 8B on B200 (unchanged: not
+  host-bound); rows whose printed columns disagree with the scripts keep the table and take
+  nothing from them, and their notes say which fields differ. gpt-oss throughput is
+  over-predicted on every row and system (held-out +11..+49%, the independent 26.04.01 rows
+  +44..+71%, here +25 and +96%), while DeepSeek-V3 and Qwen3 rows miss in both directions. Read and excluded
   (2026-12-05): the attention kernel. Megatron-Bridge leaves `attention_backend` to Transformer
   Engine, whose backend filter (TE v2.9 / v2.10 `get_attention_backend`) runs the learnable
   softmax sinks (cuDNN >= 9.13.1) and the (127, 0) sliding window on cuDNN FusedAttention, not
   the unfused path: the kernel the planner costs for this stack. Not costed, each a candidate: the biased expert
   GEMMs (bias and its gradient per expert), the clamped quick-GeGLU, and any
-  sliding-window tile cost beyond the window. On 33 held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`)
-  the MAPE is 19.1%.
+  sliding-window tile cost beyond the window. On 33 held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`;
+  reconciled with their releases' scripts by the same rule on 2026-12-05: 19.5 -> 18.6%)
+  the MAPE is 18.6%.
 * **Small models on many GPUs (llm-foundry 125M-3B on 512 H100s)**: over-predicted by 20-30%;
   per-layer framework overheads (FSDP hooks, optimizer launches) that do not shrink with the
   model are only represented by a fixed per-kernel cost.
