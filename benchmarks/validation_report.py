@@ -63,9 +63,16 @@ NOTES = """\
   (2026-12-05): the attention kernel. Megatron-Bridge leaves `attention_backend` to Transformer
   Engine, whose backend filter (TE v2.9 / v2.10 `get_attention_backend`) runs the learnable
   softmax sinks (cuDNN >= 9.13.1) and the (127, 0) sliding window on cuDNN FusedAttention, not
-  the unfused path: the kernel the planner costs for this stack. Not costed, each a candidate: the biased expert
-  GEMMs (bias and its gradient per expert), the clamped quick-GeGLU, and any
-  sliding-window tile cost beyond the window. On 33 held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`;
+  the unfused path: the kernel the planner costs for this stack. Also read and excluded: the clamped
+  quick-GeGLU, which runs fused with the first expert GEMM's bias (Megatron-Bridge v0.2.1
+  `gpt_oss_provider.py` sets `bias_activation_fusion`; Megatron-Core core_v0.15.0
+  `TEGroupedMLP` calls `weighted_bias_quick_geglu_impl`). Not costed, the candidate read
+  there: the second expert GEMM's bias, which `TEGroupedMLP._apply_bias` adds per local expert
+  in a Python loop (`t + b * p` over `torch.split`, then `torch.cat` and a cast back to bf16: an
+  fp32 intermediate of the layer's routed output, about 7 kernels per local expert forward and
+  backward). An estimate, not yet in the model: about 6% of the GPU time of the B200 row at
+  micro-batch 4 and more host time at micro-batch 1, short of the 20-50% the gpt-oss rows
+  are over. Also not costed: any sliding-window tile cost beyond the window. On 33 held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`;
   reconciled with their releases' scripts by the same rule on 2026-12-05: 19.5 -> 18.6%)
   the MAPE is 18.6%.
 * **Small models on many GPUs (llm-foundry 125M-3B on 512 H100s)**: over-predicted by 20-30%;
