@@ -55,7 +55,7 @@ NOTES = """\
   +23%). Left out of every figure here: which of the two the runs used is not known. The same
   check added what the scripts set and the table does not print, where the printed columns
   agree: the all-to-all overlap (`moe_a2a_overlap` -> `overlap_ep_comm`) of Qwen3-235B on 256
-  H100 (-14 -> +8%) and the whole-iteration CUDA graph of Llama 3 8B on B200 (unchanged: not
+  H100 (-15 -> +5% at the refitted globals) and the whole-iteration CUDA graph of Llama 3 8B on B200 (unchanged: not
   host-bound); rows whose printed columns disagree with the scripts keep the table and take
   nothing from them, and their notes say which fields differ. gpt-oss throughput is
   over-predicted on every row and system (held-out +11..+49%, the independent 26.04.01 rows
