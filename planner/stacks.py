@@ -74,6 +74,7 @@ def unfused_chains(stack: StackSpec) -> tuple[str, ...]:
         ("glu", k.fused_glu),
         ("rope", k.fused_rope),
         ("bias_dropout_add", k.fused_bias_dropout_add),
+        ("expert_bias", k.fused_expert_bias),
     )
     return tuple(name for name, fused in flags if not fused)
 

@@ -400,3 +400,72 @@ def test_cli_prints_the_expert_split_and_recompute_modules(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "32 per GPU (EP 8)" in out and "1,024 tokens per expert" in out
     assert "recompute selective (mla_up_proj, moe_act)" in out
+
+
+# ------------------------------------------------------- biased experts' per-expert bias loop
+
+
+def _oss_layer_work(unfused: tuple[str, ...], ep: int, expert_bias: bool = True):
+    from planner.costs import elementwise
+    from planner.costs.flops import layer_flops
+
+    model = planner.load_model("gpt-oss-120b")
+    assert model.moe is not None and model.moe.expert_bias
+    model = model.model_copy(
+        update={"moe": model.moe.model_copy(update={"expert_bias": expert_bias})}
+    )
+    layout = Layout(dp=ep, ep=ep)
+    training = Training(seq_len=4096, global_batch=64, micro_batch=1)
+    layer = next(spec for spec, _ in model.layer_kinds() if spec.mixer.window is None)
+    gemms = tuple(layer_flops(model, layout, training, layer).gemms)
+    return elementwise.layer_elementwise(
+        model, layout, 4096.0, layer, gemms, None, unfused=unfused
+    ), model
+
+
+def test_expert_bias_loop_adds_fp32_passes_and_two_launches_per_local_expert():
+    from planner.costs import elementwise
+
+    fused, model = _oss_layer_work((), 8)
+    loop, _ = _oss_layer_work(("expert_bias",), 8)
+    routed = 4096.0 * model.moe.top_k
+    # fp32 product, fp32 sum, fp32 concatenation, cast back: 24 + 2 x 2 bytes per element
+    assert loop.fwd_bytes - fused.fwd_bytes == pytest.approx(routed * model.hidden * 28.0)
+    assert loop.expert_bias_bytes == pytest.approx(routed * model.hidden * 28.0)
+    # 128 experts over EP 8: 16 local experts, a multiply and an add each, then cat and cast
+    assert loop.fwd_kernels - fused.fwd_kernels == pytest.approx(2 * 16 + 2)
+    assert loop.expert_bias_kernels == pytest.approx(2 * 16 + 2)
+    more_experts, _ = _oss_layer_work(("expert_bias",), 64)  # 2 local experts
+    assert more_experts.expert_bias_kernels == pytest.approx(2 * 2 + 2)
+    assert elementwise.expert_bias_loop_work(10.0, 4, 3.0, 4.0) == (10.0 * 4 * 32.0, 8.0)
+
+
+def test_expert_bias_costs_nothing_without_biased_experts_or_with_a_fused_bias():
+    fused, _ = _oss_layer_work((), 8)
+    unbiased, _ = _oss_layer_work(("expert_bias",), 8, expert_bias=False)
+    assert unbiased.fwd_bytes == fused.fwd_bytes and unbiased.expert_bias_kernels == 0.0
+
+
+def test_megatron_core_stacks_add_the_expert_bias_per_expert_and_it_costs_time():
+    model = planner.load_model("gpt-oss-120b")
+    cluster = planner.load_cluster("dgx-b200")
+    layout = Layout(dp=8, ep=8)
+    training = Training(seq_len=4096, global_batch=64, micro_batch=1)
+    prof = planner.default_profile(cluster)
+    loop_stack = planner.load_stack("megatron-bridge")
+    assert not loop_stack.kernels.fused_expert_bias
+    fused_stack = loop_stack.model_copy(
+        update={"kernels": loop_stack.kernels.model_copy(update={"fused_expert_bias": True})}
+    )
+    slow = planner.simulate(model, cluster, layout, training, prof, stack=loop_stack)
+    fast = planner.simulate(model, cluster, layout, training, prof, stack=fused_stack)
+    assert slow.step_time_s > fast.step_time_s
+    assert (
+        slow.time_breakdown_s["compute_memory_bound"]
+        > fast.time_breakdown_s["compute_memory_bound"]
+    )
+    # a model without biased experts is not affected by the stack's choice
+    qwen = planner.load_model("qwen3-30b-a3b")
+    a = planner.simulate(qwen, cluster, layout, training, prof, stack=loop_stack)
+    b = planner.simulate(qwen, cluster, layout, training, prof, stack=fused_stack)
+    assert a.step_time_s == pytest.approx(b.step_time_s)

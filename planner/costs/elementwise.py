@@ -30,6 +30,8 @@ class ElementwiseWork:
     mlp_act_bytes: float = 0.0  # the MLP activation function's share of fwd_bytes
     cast_fwd_bytes: float = 0.0  # the FP8 casts' share of fwd_bytes (planner/costs/fp8.py)
     cast_bwd_bytes: float = 0.0  # FP8 casts that run in backward only
+    expert_bias_bytes: float = 0.0  # the biased experts' per-expert output-bias loop's share
+    expert_bias_kernels: float = 0.0  # its launches (in fwd_kernels too)
 
 
 def layer_elementwise(
@@ -99,14 +101,56 @@ def layer_elementwise(
         )
         hidden_bytes += extra
         kernels += extra_kernels
+    bias_bytes, bias_kernels = _expert_bias(model, spec, layout, unfused, ffn_tokens, act_bytes)
     return ElementwiseWork(
-        hidden_bytes + mlp_bytes + rope_bytes + cast_f,
-        kernels,
+        hidden_bytes + mlp_bytes + rope_bytes + cast_f + bias_bytes,
+        kernels + bias_kernels,
         norm_bytes,
         mlp_bytes,
         cast_f,
         cast_b,
+        bias_bytes,
+        bias_kernels,
     )
+
+
+# Megatron-Core's TEGroupedMLP adds the second expert GEMM's bias outside the GEMM
+# (``_apply_bias``, megatron/core/transformer/moe/experts.py, core_v0.15.0 to core_v0.17.0):
+# ``torch.cat([t + b * p for each local expert]).to(dtype)``, with the router probability p in
+# fp32. Per routed row and hidden element, forward: b * p writes fp32 (4 B); t + (b * p) reads t
+# and the fp32 product and writes fp32 (act + 8 B); the concatenation reads and writes fp32 (8 B);
+# the cast reads fp32 and writes act (4 + act B): 24 + 2 x act bytes. Two launches per local
+# expert (multiply, add), plus the concatenation and the cast.
+EXPERT_BIAS_FP32_BYTES = 24.0
+EXPERT_BIAS_KERNELS_PER_EXPERT = 2.0
+EXPERT_BIAS_KERNELS_FIXED = 2.0
+
+
+def _expert_bias(
+    model: ModelSpec,
+    spec: LayerSpec,
+    layout: Layout,
+    unfused: tuple[str, ...],
+    routed_rows: float,
+    act_bytes: float,
+) -> tuple[float, float]:
+    """The expert-bias loop's (bytes, kernels) where the layer has biased experts and the
+    stack adds their output bias outside the GEMM (``expert_bias`` in ``unfused``), else 0."""
+    moe = model.moe
+    if "expert_bias" not in unfused or spec.mlp.kind != "moe" or not (moe and moe.expert_bias):
+        return 0.0, 0.0
+    return expert_bias_loop_work(routed_rows, model.hidden, moe.experts / layout.ep, act_bytes)
+
+
+def expert_bias_loop_work(
+    routed_rows: float, hidden: int, local_experts: float, act_bytes: float = ACT_BYTES
+) -> tuple[float, float]:
+    """(forward HBM bytes, kernels) of adding the biased experts' output bias per local expert
+    (Megatron-Core ``TEGroupedMLP._apply_bias``) to ``routed_rows`` routed token rows of width
+    ``hidden`` on one GPU holding ``local_experts`` experts."""
+    per_element = EXPERT_BIAS_FP32_BYTES + 2.0 * act_bytes
+    kernels = EXPERT_BIAS_KERNELS_PER_EXPERT * local_experts + EXPERT_BIAS_KERNELS_FIXED
+    return routed_rows * hidden * per_element, kernels
 
 
 # Extra HBM passes (and kernels) of a chain run as separate eager kernels instead of one fused

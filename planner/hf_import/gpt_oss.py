@@ -33,7 +33,8 @@ def _gpt_oss(f: _Fields, notes: list[str]) -> _Draft:
     per_layer = q + 2 * kvw + h.hidden + h.heads + experts * (2 * ffn + h.hidden) + experts
     notes.append(
         f"not counted: attention q/k/v/o biases, attention sinks (1 per head), expert and "
-        f"router biases = {h.layers * per_layer / 1e6:.1f}M parameters in all."
+        f"router biases = {h.layers * per_layer / 1e6:.1f}M parameters in all; the experts' "
+        f"output bias is costed where the stack adds it outside the GEMM (moe.expert_bias)."
     )
     notes.append(
         "gpt-oss experts use a clamped SwiGLU variant (swiglu_limit, alpha 1.702, up + 1); "
@@ -46,7 +47,8 @@ def _gpt_oss(f: _Fields, notes: list[str]) -> _Draft:
     _quantization_note(f, notes)
     layers = [LayerSpec(mixer=AttentionMixer(window=w), mlp=MoEMLP()) for w in windows]
     fields = _spec_fields(f, h, ffn_hidden=ffn, activation=activation, head_dim=head_dim)
-    moe = {"experts": experts, "top_k": top_k, "expert_ffn_hidden": ffn}
+    # gate_up_proj_bias and down_proj_bias: the experts are biased (MoESpec.expert_bias)
+    moe = {"experts": experts, "top_k": top_k, "expert_ffn_hidden": ffn, "expert_bias": True}
     return _Draft(fields, layers, moe)
 
 

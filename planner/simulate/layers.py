@@ -294,10 +294,11 @@ def _host_s(
     # side of the sync waits for its own slower party
     ep_f, ep_b = ep
     e_f = c.e_f
-    act_f = e_f * (c.ew.mlp_act_bytes / c.ew.fwd_bytes if c.ew.fwd_bytes else 0.0)
+    after_bytes = c.ew.mlp_act_bytes + c.ew.expert_bias_bytes  # the expert side's elementwise
+    act_f = e_f * (after_bytes / c.ew.fwd_bytes if c.ew.fwd_bytes else 0.0)
     after_f = c.imbalance * c.ex_f + act_f + ep_f
     after_b = c.imbalance * c.ex_b + 2.0 * act_f + ep_b
-    ops_x = host.expert_ops(c.lf.gemms, fp8, layout.ep)
+    ops_x = host.expert_ops(c.lf.gemms, fp8, layout.ep) + c.ew.expert_bias_kernels
     k = host.BACKWARD_OP_FACTOR
     host_f = host.stall_s(fwd - after_f, ops_f - ops_x, dev.host_op_s) + host.stall_s(
         after_f, ops_x, dev.host_op_s

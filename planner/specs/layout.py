@@ -35,7 +35,7 @@ Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8"
 # recipes whose weights can be all-gathered already cast (one scale per tensor, or blocks that
 # serve both GEMM layouts): torchao enable_fsdp_float8_all_gather is tensorwise-only
 FP8_GATHER_RECIPES = ("delayed", "tensorwise", "mxfp8")
-UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add"]
+UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add", "expert_bias"]
 Zero3Collectives = Literal["per_layer", "per_layer_copy_out", "per_tensor_list"]
 CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
 # Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
@@ -226,11 +226,13 @@ class Training(_Frozen):
         "in backward (Megatron-Core --cpu-offloading-num-layers; Transformer Engine CPU offload)",
     )
     unfused_elementwise: tuple[UnfusedChain, ...] = Field(
-        default=(),
-        max_length=4,
+        default=("expert_bias",),
+        max_length=5,
         description="elementwise chains that run as separate eager kernels instead of one "
         "fused kernel (each costs extra HBM passes, planner/costs/elementwise.py): norm, glu, "
-        "rope, bias_dropout_add; empty: all fused (Transformer Engine, torch.compile)",
+        "rope, bias_dropout_add, expert_bias (biased experts' output bias added per local "
+        "expert; costs nothing without MoESpec.expert_bias); empty: all fused. Default: "
+        "Megatron-Core's (expert_bias)",
     )
     execution: Execution = Field(
         default="eager",

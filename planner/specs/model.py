@@ -70,6 +70,12 @@ class MoESpec(_Frozen):
         le=64,
         description="busiest expert's tokens over the mean (1 = balanced)",
     )
+    expert_bias: bool = Field(
+        default=False,
+        description="the routed experts' linear layers carry bias vectors (gpt-oss: "
+        "gate_up_proj_bias, down_proj_bias); costed where the stack adds the second GEMM's bias "
+        "outside the GEMM (StackKernels.fused_expert_bias), not counted as parameters",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:

@@ -85,6 +85,14 @@ class StackKernels(Spec):
     fused_bias_dropout_add: bool = Field(
         description="bias + dropout + residual add as one kernel (Megatron jit-fused)"
     )
+    fused_expert_bias: bool = Field(
+        default=True,
+        description="with biased experts (MoESpec.expert_bias): the second expert GEMM's bias is "
+        "added inside a fused kernel or the GEMM epilogue (no extra pass); false: added per local "
+        "expert in a Python loop through an fp32 intermediate, then concatenated and cast back "
+        "(Megatron-Core TEGroupedMLP._apply_bias), extra HBM passes and launches "
+        "(planner/costs/elementwise.py)",
+    )
     cross_entropy: CrossEntropy = Field(
         description="loss kernel (Training.cross_entropy): fp32_copy materialises fp32 logits "
         "(6 B/logit), in_place is Transformer Engine's fused online-softmax loss (2 B/logit), "

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import get_args
 
 from planner.errors import PlannerError
-from planner.resources import STACKS_DIR
+from planner.resources import MODELS_DIR, STACKS_DIR
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
-from planner.specs.loading import load_cluster, load_stack, shipped_ids
+from planner.specs.loading import load_cluster, load_model, load_stack, shipped_ids
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
 from planner.validate.cases import Case, CaseV2, Knob
@@ -58,9 +58,66 @@ def _stated(case: Case | CaseV2) -> tuple[Layout, Training]:
     return layout, training
 
 
+# The model keys a schema 1 case states (shared/validation/README.md): the rest of a ModelSpec
+# (per-layer mixers and windows, biased experts) it cannot say.
+V1_MODEL_KEYS = (
+    "layers",
+    "hidden",
+    "ffn_hidden",
+    "activation",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "vocab",
+    "tied_embeddings",
+    "mla",
+)
+V1_MOE_KEYS = (
+    "experts",
+    "top_k",
+    "expert_ffn_hidden",
+    "shared_experts",
+    "shared_expert_ffn_hidden",
+    "dense_layers",
+    "layer_freq",
+)
+
+
+def v1_model_structure(model: ModelSpec) -> tuple[ModelSpec, str | None]:
+    """A schema 1 case's model with what that schema cannot state (``layer_groups``,
+    ``moe.expert_bias``) taken from the shipped model of the same name, when every key the
+    case states agrees with it; else the model as stated. Also the note saying so (None: none
+    taken)."""
+    if model.name not in shipped_ids(MODELS_DIR):
+        return model, None
+    shipped = load_model(model.name)
+    if any(getattr(model, k) != getattr(shipped, k) for k in V1_MODEL_KEYS):
+        return model, None
+    if (model.moe is None) != (shipped.moe is None):
+        return model, None
+    update: dict = {}
+    if model.moe is not None and shipped.moe is not None:
+        if any(getattr(model.moe, k) != getattr(shipped.moe, k) for k in V1_MOE_KEYS):
+            return model, None
+        if shipped.moe.expert_bias != model.moe.expert_bias:
+            update["moe"] = model.moe.model_copy(update={"expert_bias": shipped.moe.expert_bias})
+    if shipped.layer_groups != model.layer_groups:
+        update["layer_groups"] = shipped.layer_groups
+    if not update:
+        return model, None
+    taken = " and ".join(
+        "per-layer mixers" if k == "layer_groups" else "biased experts" for k in update
+    )
+    return ModelSpec.model_validate({**model.model_dump(), **update}), (
+        f"model {model.name!r}: {taken} from the shipped model of that name "
+        "(schema 1 cannot state them; every stated dimension agrees)"
+    )
+
+
 def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     """The specs of one case; a PlannerError naming the field when they cannot be built."""
     cluster = load_cluster(case.cluster)
+    model = case.model
     notes: list[str] = []
     if isinstance(case, CaseV2):
         stacks = shipped_ids(STACKS_DIR)  # a case names a shipped stack, never a path
@@ -76,6 +133,9 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         )
         stack, enforce, listed = load_stack(stack_id), False, ()
         notes.append(note or f"framework {case.framework!r}: stack {stack_id}")
+        model, model_note = v1_model_structure(model)
+        if model_note:
+            notes.append(model_note)
     layout, training = _stated(case)
     if layout.world_size != case.num_gpus:
         raise PlannerError(
@@ -85,7 +145,7 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         )
     memory_kind = getattr(case.measured, "peak_memory_kind", None) or stack.memory.reported_peak
     return CaseInputs(
-        case.model,
+        model,
         cluster,
         layout,
         training,

@@ -478,3 +478,55 @@ def test_a_schema_2_case_states_its_power_limit() -> None:
     assert "power-limited to 750 W" in capped["reason"]
     bad = run_case({**raw, "power_limit_w": 5000}, planner.default_profile, 2)
     assert bad["status"] != "ok" and "power_limit_w" in bad["reason"]
+
+
+# ---------------------------------------- what schema 1 cannot state, from the shipped model
+
+
+def _oss_v1(**model_over) -> dict:
+    raw = _v1(
+        "gpt-oss-120b",
+        num_gpus=64,
+        cluster="dgx-b200",
+        framework="megatron-bridge",
+        layout={"tp": 1, "pp": 1, "dp": 64, "ep": 8, "zero": 1},
+        training={"seq_len": 4096, "global_batch": 512, "micro_batch": 1, "recompute": "none"},
+    )
+    raw["model"]["moe"].pop("expert_bias")  # a schema 1 file has no such key
+    raw["model"].update(model_over)
+    return raw
+
+
+def test_schema_1_model_takes_per_layer_mixers_and_expert_bias_from_its_shipped_namesake():
+    inputs = case_inputs(parse_case(_oss_v1(), 1))
+    shipped = planner.load_model("gpt-oss-120b")
+    assert inputs.model.moe.expert_bias and inputs.model.layer_groups == shipped.layer_groups
+    assert any("from the shipped model" in n for n in inputs.notes)
+    # and costs as the schema 2 case stating them does
+    v2 = _oss_v1()
+    v2["stack"] = v2.pop("framework")
+    v2["model"] = shipped.model_dump(mode="json", exclude={"sources", "description"})
+    r1 = run_case(_oss_v1(), planner.default_profile, 1)
+    r2 = run_case(v2, planner.default_profile, 2)
+    assert r1["status"] == r2["status"] == "ok"
+    assert r1["predicted_tokens_per_s_per_gpu"] == r2["predicted_tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize(
+    "over", [{"layers": 24}, {"name": "my-oss"}, {"vocab": 200000}, {"moe": None}]
+)
+def test_schema_1_model_that_differs_from_the_shipped_one_is_costed_as_stated(over):
+    raw = _oss_v1(**over)
+    if over.get("layers"):
+        raw["model"]["moe"]["dense_layers"] = 0
+    inputs = case_inputs(parse_case(raw, 1))
+    assert inputs.model.layer_groups is None
+    assert inputs.model.moe is None or not inputs.model.moe.expert_bias
+    assert not any("from the shipped model" in n for n in inputs.notes)
+
+
+def test_schema_2_model_is_never_completed():
+    raw = _oss_v1()
+    raw["stack"] = raw.pop("framework")
+    inputs = case_inputs(parse_case(raw, 2))
+    assert inputs.model.layer_groups is None and not inputs.model.moe.expert_bias
