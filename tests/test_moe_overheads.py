@@ -11,6 +11,7 @@ from planner.costs.flops import Gemm
 from planner.errors import PlannerError
 from planner.specs.layout import Layout, Training
 from planner.validate import Case, case_inputs
+from planner.validate.inputs import V1_MODEL_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -231,20 +232,7 @@ def _case(**over) -> Case:
         "source": "test, 2025",
         "quality": "partial",
         "model": planner.load_model("deepseek-v3").model_dump(
-            include={
-                "name",
-                "layers",
-                "hidden",
-                "ffn_hidden",
-                "activation",
-                "heads",
-                "kv_heads",
-                "head_dim",
-                "vocab",
-                "tied_embeddings",
-                "moe",
-                "mla",
-            }
+            include={"name", "moe", *V1_MODEL_KEYS}
         ),
         "cluster": "dgx-b200",
         "num_gpus": 256,
