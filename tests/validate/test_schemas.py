@@ -20,14 +20,10 @@ from planner.validate import (
     stack_for_framework,
 )
 from planner.validate.frameworks import normalise
+from planner.validate.inputs import V1_MODEL_KEYS
 
-MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "activation", "heads", "kv_heads"} | {
-    "head_dim",
-    "vocab",
-    "tied_embeddings",
-    "moe",
-    "mla",
-}
+# the model keys a schema 1 case states (planner.validate.inputs.V1_MODEL_KEYS), its name and moe
+MODEL_KEYS = {"name", "moe", *V1_MODEL_KEYS}
 
 
 def _v1(model: str = "llama3.1-8b", **over) -> dict:
