@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.costs.alignment import linear_alignment, unfused_attention_alignment
 from planner.costs.elementwise import ElementwiseWork
 from planner.costs.flops import Gemm
 from planner.costs.host import host_op_factor
@@ -113,13 +114,20 @@ def make_device(
 
 
 def gemm_time_s(
-    m: float, n: float, k: float, dev: Device, low_precision: bool = True, batch: float = 1.0
+    m: float,
+    n: float,
+    k: float,
+    dev: Device,
+    low_precision: bool = True,
+    batch: float = 1.0,
+    align: float = 1.0,
 ) -> float:
     """Seconds for one (m x k) @ (k x n) GEMM: the smooth per-dimension saturation of the
     profile times the tile / wave quantization over the SMs (:mod:`planner.costs.waves`);
-    ``batch`` GEMMs of this shape issued in one launch (batched or grouped) share the waves."""
+    ``batch`` GEMMs of this shape issued in one launch (batched or grouped) share the waves;
+    ``align`` is the operand-alignment factor (:mod:`planner.costs.alignment`)."""
     dh = dev.dim_half
-    shape = (m / (m + dh)) * (n / (n + dh)) * (k / (k + dh))
+    shape = align * (m / (m + dh)) * (n / (n + dh)) * (k / (k + dh))
     if dev.sm_count is not None:
         shape *= wave_utilization(m, n, k, dev.sm_count, batch)
     if low_precision:
@@ -137,6 +145,14 @@ def low_precision(g: Gemm, wgrad: bool = True) -> bool:
     return wgrad and g.name not in ("router", "logits")
 
 
+def gemm_alignment(g: Gemm, dev: Device, low: bool) -> float:
+    """Operand-alignment factor of a layer GEMM's three training GEMMs (its rows are ``g.n``
+    and ``g.k`` wide); the logits are left out (Megatron pads the vocabulary: alignment.py)."""
+    if g.name == "logits":
+        return 1.0
+    return linear_alignment(g.n, g.k, dev.gemm_in_bytes if low else dev.act_bytes)
+
+
 def gemms_time_s(
     gemms: tuple[Gemm, ...], dev: Device, wgrad_low: bool = True
 ) -> tuple[float, float]:
@@ -144,12 +160,12 @@ def gemms_time_s(
     (``wgrad_low`` False: the weight gradients at bf16, torchao rowwise_with_gw_hp)."""
     fwd = bwd = 0.0
     for g in gemms:
-        low = low_precision(g)
-        c = g.count
-        fwd += c * gemm_time_s(g.m, g.n, g.k, dev, low, c)
+        low, low_w = low_precision(g), low_precision(g, wgrad_low)
+        c, a, a_w = g.count, gemm_alignment(g, dev, low), gemm_alignment(g, dev, low_w)
+        fwd += c * gemm_time_s(g.m, g.n, g.k, dev, low, c, a)
         bwd += c * (
-            gemm_time_s(g.m, g.k, g.n, dev, low, c)
-            + gemm_time_s(g.k, g.n, g.m, dev, low_precision(g, wgrad_low), c)
+            gemm_time_s(g.m, g.k, g.n, dev, low, c, a)
+            + gemm_time_s(g.k, g.n, g.m, dev, low_w, c, a_w)
         )
     return fwd, bwd
 
@@ -192,18 +208,20 @@ def unfused_attention_time_s(
     """(forward, backward) seconds of attention with materialised scores (pre-FlashAttention).
 
     Two batched GEMMs per head (Q K^T over the full s x s, no causal skip; P V) at bf16 GEMM
-    efficiency, and memory-bound passes over the scores: fused scale-mask-softmax reads and
+    efficiency (times the operand alignment of the head dimensions and the sequence,
+    :func:`planner.costs.alignment.unfused_attention_alignment`), and memory-bound passes over the scores: fused scale-mask-softmax reads and
     writes 2 B per score, dropout reads 2, writes 2 and a 1 B mask (Korthikanti et al. 2022,
     section 4.1, count 5as^2b bytes of saved scores); backward moves about twice as much.
     """
     seqs = heads * tokens / seq_len  # independent (sequence, head) score matrices
-    qk = gemm_time_s(seq_len, seq_len, d_qk, dev, False, seqs)
-    pv = gemm_time_s(seq_len, d_v, seq_len, dev, False, seqs)
-    qk_b = gemm_time_s(seq_len, d_qk, seq_len, dev, False, seqs) + gemm_time_s(
-        d_qk, seq_len, seq_len, dev, False, seqs
+    a = unfused_attention_alignment(seq_len, d_qk, d_v, dev.act_bytes)
+    qk = gemm_time_s(seq_len, seq_len, d_qk, dev, False, seqs, a)
+    pv = gemm_time_s(seq_len, d_v, seq_len, dev, False, seqs, a)
+    qk_b = gemm_time_s(seq_len, d_qk, seq_len, dev, False, seqs, a) + gemm_time_s(
+        d_qk, seq_len, seq_len, dev, False, seqs, a
     )
-    pv_b = gemm_time_s(seq_len, seq_len, d_v, dev, False, seqs) + gemm_time_s(
-        seq_len, d_v, seq_len, dev, False, seqs
+    pv_b = gemm_time_s(seq_len, seq_len, d_v, dev, False, seqs, a) + gemm_time_s(
+        seq_len, d_v, seq_len, dev, False, seqs, a
     )
     scores = seqs * seq_len * seq_len
     per_score = (4.0 + (5.0 if dropout else 0.0)) * dev.act_bytes / 2.0

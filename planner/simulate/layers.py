@@ -103,11 +103,12 @@ def weight_grad_s(
 ) -> float:
     """Seconds of the weight-gradient GEMMs of ``gemms`` (the second half of
     ``compute.gemms_time_s``'s backward: dW = X^T dY, a k x m by m x n product)."""
-    return sum(
-        g.count
-        * compute.gemm_time_s(g.k, g.n, g.m, dev, compute.low_precision(g, wgrad_fp8), g.count)
-        for g in gemms
-    )
+    total = 0.0
+    for g in gemms:
+        low = compute.low_precision(g, wgrad_fp8)
+        align = compute.gemm_alignment(g, dev, low)
+        total += g.count * compute.gemm_time_s(g.k, g.n, g.m, dev, low, g.count, align)
+    return total
 
 
 @dataclass(slots=True)
