@@ -92,7 +92,9 @@ NOTES = """\
   Still over, each with a suspected mechanism the planner does not cost: torchao's B200 float8
   rows, llm-foundry's Triton FlashAttention at long sequence (+17..+31% on
   H100; the paper's A100 ratio over-corrects, docs/stacks.md), DeepSpeed's pipeline engine of
-  MT-NLG and BLOOM (+18..+41%), and float8 rowwise (+23..+62%). No fit reads these rows.
+  MT-NLG and BLOOM's 2022 trials (+19..+40%; their ZeRO-1 and fp16 optimizers add no per-micro-batch
+  fp32 pass, the BF16_Optimizer the final BLOOM run used does, and is costed since 2026-12-05: the
+  public BLOOM-176B row +15 -> +9%), and float8 rowwise (+23..+62%). No fit reads these rows.
 """
 
 

@@ -23,9 +23,9 @@ attention reads Q, K and V as strided views of one [s, b, heads, 3 x head_dim] t
 Q/K/V row starts at a multiple of head_dim elements, so the batched score GEMMs are aligned
 when head_dim is, and the score rows when the sequence length is (``unfused_attention_alignment``;
 the BigScience BLOOM runs with head_dim 150 and 450, train/tr11-176B-ml/chronicles-prequel.md,
-are such a case). The logits GEMM is left out: Megatron-family stacks pad the vocabulary to a
-multiple of 128 x TP (``--make-vocab-size-divisible-by``), and the planner does not yet model
-which stacks leave an odd vocabulary unpadded (docs/model.md, known gaps).
+are such a case). The logits GEMM's width is the stack's padded vocabulary over TP
+(``Training.vocab_multiple``: Megatron-family stacks pad to a multiple of 128 x TP, so their
+logits are aligned; a stack that keeps GPT-2's 50,257 rows runs them misaligned).
 """
 
 from __future__ import annotations

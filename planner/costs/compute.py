@@ -146,10 +146,8 @@ def low_precision(g: Gemm, wgrad: bool = True) -> bool:
 
 
 def gemm_alignment(g: Gemm, dev: Device, low: bool) -> float:
-    """Operand-alignment factor of a layer GEMM's three training GEMMs (its rows are ``g.n``
-    and ``g.k`` wide); the logits are left out (Megatron pads the vocabulary: alignment.py)."""
-    if g.name == "logits":
-        return 1.0
+    """Operand-alignment factor of a GEMM's three training GEMMs (its rows are ``g.n`` and
+    ``g.k`` wide; the logits' ``n`` is the stack's padded vocabulary over TP)."""
     return linear_alignment(g.n, g.k, dev.gemm_in_bytes if low else dev.act_bytes)
 
 

@@ -13,7 +13,7 @@ from planner.costs.blocks import mixer_costs
 from planner.costs.blocks.channel import channel_costs
 from planner.costs.flops import Gemm, as_layer
 from planner.specs.blocks import LayerSpec
-from planner.specs.layout import Layout
+from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 ACT_BYTES = 2  # bf16/fp16 activations (4 when training in fp32: pass act_bytes)
@@ -205,9 +205,10 @@ def logits_loss_bytes(
     tokens: float,
     act_bytes: float = ACT_BYTES,
     cross_entropy: str = "fp32_copy",
+    vocab: int | None = None,
 ) -> float:
-    """HBM bytes of the softmax + cross-entropy over the TP-split vocabulary, forward and
-    backward together.
+    """HBM bytes of the softmax + cross-entropy over the TP-split vocabulary (``vocab`` rows,
+    the stack's padded vocabulary; None: ``model.vocab``), forward and backward together.
 
     ``fp32_copy``: forward reads the logits, writes an fp32 copy and its fp32 softmax; backward
     reads them again and writes the gradient (2 x (act + 8) B per logit). ``in_place`` (online
@@ -229,7 +230,8 @@ def logits_loss_bytes(
         "loss_parallel": 2.0 * act_bytes + 72.0,
         "compiled": 4.0 * act_bytes,
     }.get(loss_kernel(cross_entropy, layout.tp), 2.0 * (act_bytes + 8))
-    return tokens * model.vocab / layout.tp * per_logit
+    rows = model.vocab if vocab is None else vocab
+    return tokens * rows / layout.tp * per_logit
 
 
 def loss_kernel(cross_entropy: str, tp: int) -> str:
@@ -265,6 +267,34 @@ def adam_bytes_per_param(kernel: str = "fused", states: str = "fp32") -> float:
     no master (-14 B).
     """
     return ADAM_BYTES[kernel] - ADAM_STATE_SAVING[states]
+
+
+# DeepSpeed BF16_Optimizer.update_hp_grads (deepspeed/runtime/bf16_optimizer.py, v0.6.2 to
+# 2026 HEAD ``_update_hp_grad``): ``hp_grad.add_(lp.grad.to(fp32))`` for every parameter tensor
+# after each micro-batch's backward: the cast reads the bf16 gradient (2 B) and writes an fp32
+# temporary (4 B), the add reads it and the fp32 gradient (4 + 4 B) and writes the sum (4 B)
+HP_GRAD_BYTES_PER_PARAM = 2 + 4 + 4 + 4 + 4
+HP_GRAD_KERNELS_PER_TENSOR = 2  # the cast and the add
+
+
+def hp_grad_pass_applies(layout: Layout, training: Training) -> bool:
+    """Whether the step runs the bf16 -> fp32 gradient-accumulation pass: the stack's
+    BF16_Optimizer (Training.fp32_grad_accumulation_pass) in bf16, with ZeRO stage 0 or 1
+    (DeepSpeed engine.py ``_do_optimizer_sanity_check``: ZeRO-2 and -3 run their own optimizer,
+    which reduces each micro-batch's gradients instead)."""
+    return (
+        training.fp32_grad_accumulation_pass and training.precision == "bf16" and layout.zero <= 1
+    )
+
+
+def hp_grad_pass_s(params: float, tensors: float, hbm_bytes_per_s: float, kernel_s: float) -> float:
+    """Seconds of one micro-batch's bf16 -> fp32 gradient accumulation over ``params``
+    parameters in ``tensors`` tensors (Training.fp32_grad_accumulation_pass): memory bound, plus
+    the fixed cost ``kernel_s`` of each of its kernels."""
+    return (
+        params * HP_GRAD_BYTES_PER_PARAM / hbm_bytes_per_s
+        + HP_GRAD_KERNELS_PER_TENSOR * tensors * kernel_s
+    )
 
 
 CLIP_NORM_READ_BYTES = 4  # the fp32 gradient read once more for the clipping norm

@@ -61,9 +61,18 @@ def layer_flops(
     return LayerFlops(tuple(gemms), hw, conv, mixer.kind)
 
 
+def padded_vocab(model: ModelSpec, layout: Layout, training: Training) -> int:
+    """The vocabulary the stack builds, rows: ``model.vocab`` rounded up to a multiple of
+    ``training.vocab_multiple`` x TP (Megatron-LM ``_vocab_size_with_padding``; with
+    ``vocab_multiple`` 1 only to a multiple of TP, the vocabulary-parallel split)."""
+    multiple = training.vocab_multiple * layout.tp
+    return -(-model.vocab // multiple) * multiple
+
+
 def logits_gemm(model: ModelSpec, layout: Layout, training: Training) -> Gemm:
-    """The output projection onto the (TP-split) vocabulary, last pipeline stage."""
-    return Gemm("logits", tokens_per_gpu(layout, training), model.vocab / layout.tp, model.hidden)
+    """The output projection onto the (TP-split, padded) vocabulary, last pipeline stage."""
+    vocab = padded_vocab(model, layout, training)
+    return Gemm("logits", tokens_per_gpu(layout, training), vocab / layout.tp, model.hidden)
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
@@ -107,6 +116,7 @@ __all__ = [  # the attention helpers and Gemm live in blocks/ and gemm.py; re-ex
     "mlp_gemms",
     "model_flops_per_token",
     "moe_gemms",
+    "padded_vocab",
     "tokens_per_expert",
     "tokens_per_gpu",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from planner.costs import elementwise
 from planner.costs.blocks import mixer_costs
 from planner.costs.blocks.channel import channel_costs
-from planner.costs.flops import as_layer
+from planner.costs.flops import as_layer, padded_vocab
 from planner.schedules import SCHEDULES, Schedule, default_schedule_name
 from planner.specs.blocks import (
     LayerSpec,
@@ -229,7 +229,8 @@ def param_gather_bytes(training: Training) -> float:
 
 
 def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
-    """Logits of one micro-batch on the last stage at the loss, bytes.
+    """Logits of one micro-batch on the last stage at the loss (over the stack's padded
+    vocabulary, :func:`planner.costs.flops.padded_vocab`), bytes.
 
     ``fp32_copy``: the logits (bf16, or fp32) and the fp32 softmax the loss keeps for
     backward, into which it writes the gradient (Megatron-Core's native vocab-parallel
@@ -254,7 +255,7 @@ def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
     tokens = training.micro_batch * training.seq_len / layout.cp
     kernel = elementwise.loss_kernel(training.cross_entropy, layout.tp)
     per_element = LOSS_BYTES_PER_LOGIT[kernel](training.act_bytes)
-    return tokens * model.vocab / layout.tp * per_element
+    return tokens * padded_vocab(model, layout, training) / layout.tp * per_element
 
 
 # bytes per logit the loss holds at its peak, by cross-entropy kernel, given the activation bytes

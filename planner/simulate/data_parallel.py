@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.costs import comms, flops, host_offload, memory
+from planner.costs import comms, elementwise, flops, host_offload, memory
 from planner.simulate.stages import Context, Params, Stack, shared_collective_s, shared_value
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -29,6 +29,10 @@ class DataParallel:
     step: float  # exposed, once per step (ZeRO 0/1 reduction and gather)
     raw_per_mb: float  # before overlap
     raw_step: float
+    # the bf16 -> fp32 gradient-accumulation pass (hp_grad_pass), seconds per micro-batch:
+    # of one layer's parameters, and of one vocabulary table (stages.rank_costs places them)
+    hp_layer: float = 0.0
+    hp_table: float = 0.0
 
 
 def param_tensors(
@@ -38,13 +42,18 @@ def param_tensors(
     expert's own per local expert) and two norms per layer, at the model's mix of layer kinds,
     plus the embedding, the output head and the final norm. ``bias``: every linear has a bias
     and every norm one too (Megatron's GPT: a layer's 6 tensors become 12)."""
+    return stage_layers * layer_param_tensors(model, layout, bias) + (4.0 if bias else 3.0)
+
+
+def layer_param_tensors(model: ModelSpec, layout: Layout, bias: bool = False) -> float:
+    """Parameter tensors of one layer, averaged over the model's layer kinds
+    (:func:`param_tensors` without the embedding, head and final norm)."""
     total = per_layer = 0.0
     for layer, count in model.layer_kinds():
         g = flops.layer_flops(model, layout, Training(seq_len=1, global_batch=1), layer).gemms
         per_layer += count * (sum(x.count for x in g) + 2.0)
         total += count
-    per_layer *= 2.0 if bias else 1.0
-    return stage_layers * per_layer / max(total, 1.0) + (4.0 if bias else 3.0)
+    return per_layer * (2.0 if bias else 1.0) / max(total, 1.0)
 
 
 def stage_param_tensors(ctx: Context, stage_layers: float) -> float:
@@ -63,6 +72,8 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     optimizer offload, each micro-batch also copies its gradient shard to the host during
     backward, and what that backward cannot hide shows (:mod:`planner.costs.host_offload`)."""
     dp = _collectives(ctx, stack, params)
+    if elementwise.hp_grad_pass_applies(ctx.layout, ctx.training):
+        dp.hp_layer, dp.hp_table = hp_grad_pass(ctx, params)
     if ctx.training.optimizer_offload:
         link = ctx.cluster.accelerator.host_link_gb_per_s
         assert link is not None  # check_layout: optimizer_offload_needs_host
@@ -73,6 +84,26 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         dp.per_mb += max(0.0, copy - stage_bwd)
         dp.raw_per_mb += copy
     return dp
+
+
+def hp_grad_pass(ctx: Context, params: Params) -> tuple[float, float]:
+    """(s per layer, s per vocabulary table) of one micro-batch's bf16 -> fp32 gradient
+    accumulation (Training.fp32_grad_accumulation_pass; ``elementwise.hp_grad_pass_s``): a
+    layer's parameters on this GPU (dense, and its local experts') in its parameter tensors,
+    and a TP shard of the padded vocabulary table. Exposed: DeepSpeed's pipeline engine runs it
+    after each backward pass, before the gradient is sent on (pipe/engine.py)."""
+    model, layout, training, dev = ctx.model, ctx.layout, ctx.training, ctx.dev
+    bias = training.linear_bias
+    tensors = shared_value(
+        ctx,
+        ("layer_param_tensors", layout.ep, bias),
+        lambda: layer_param_tensors(model, layout, bias),
+    )
+    per_layer = params.dense_layer_params + params.expert_layer_params
+    layer_s = elementwise.hp_grad_pass_s(per_layer, tensors, dev.hbm_bytes_per_s, dev.mem_fixed_s)
+    table = flops.padded_vocab(model, layout, training) * model.hidden / layout.tp
+    table_s = elementwise.hp_grad_pass_s(table, 1.0, dev.hbm_bytes_per_s, dev.mem_fixed_s)
+    return layer_s, table_s
 
 
 def owned_params(ctx: Context, params: Params) -> float:

@@ -178,7 +178,12 @@ def edge_costs(ctx: Context, stack: Stack) -> Edges:
     lg_f, lg_b = compute.gemms_time_s((logit,), dev)
     loss_s = (
         elementwise.logits_loss_bytes(
-            model, layout, ctx.tokens, training.act_bytes, training.cross_entropy
+            model,
+            layout,
+            ctx.tokens,
+            training.act_bytes,
+            training.cross_entropy,
+            flops.padded_vocab(model, layout, training),
         )
         / dev.xent_bytes_per_s
     )
@@ -271,7 +276,7 @@ def params_per_gpu(ctx: Context, stack: Stack) -> Params:
         )
         dense_layer_params += w * dense_k
         expert_layer_params += w * expert_k
-    emb_params = model.vocab * model.hidden / layout.tp
+    emb_params = flops.padded_vocab(model, layout, ctx.training) * model.hidden / layout.tp
     first_dense = stage_layers * dense_layer_params + emb_params
     last_dense = stage_layers * dense_layer_params + (
         emb_params if (layout.pp > 1 or not model.tied_embeddings) else 0.0
@@ -377,32 +382,39 @@ class RankCosts:
 def rank_costs(
     ctx: Context, stack: Stack, emb: dict, head: dict, pp_s: float, dp: DataParallel
 ) -> RankCosts:
-    """The ranks' per-micro-batch seconds, the slowest and their sum over the pipeline."""
-    model, layout, per_layer = ctx.model, ctx.layout, stack.per_layer
+    """The ranks' per-micro-batch seconds, the slowest and their sum over the pipeline.
 
-    def stage(n_layers: float, edge: dict) -> dict[str, float]:
-        return stage_categories(n_layers, per_layer, pp_s, dp.per_mb, edge)
+    The bf16 -> fp32 gradient pass (``dp.hp_layer``, ``dp.hp_table``) adds to each rank's
+    memory-bound time its layers' and its vocabulary tables' share: the output head's table on
+    the last rank (its own, or the tied copy a pipeline keeps there), the input embedding's on
+    the first (with one rank and tied tables, one table)."""
+    model, layout, per_layer = ctx.model, ctx.layout, stack.per_layer
+    untied = 0.0 if model.tied_embeddings else 1.0
+
+    def stage(n_layers: float, edge: dict, tables: float = 0.0) -> dict[str, float]:
+        cats = stage_categories(n_layers, per_layer, pp_s, dp.per_mb, edge)
+        cats["compute_memory_bound"] += n_layers * dp.hp_layer + tables * dp.hp_table
+        return cats
 
     if layout.pp == 1:
-        stages = [stage(model.layers, {**emb, **head})]
+        stages = [stage(model.layers, {**emb, **head}, 1.0 + untied)]
         t_sum_extra = 0.0
     elif ctx.schedule.placement == "v":
         both = dict(emb)
         for key, value in head.items():
             both[key] = both.get(key, 0.0) + value
-        stages = [stage(stack.layer_max, both), stage(stack.layer_max, {})]
+        stages = [stage(stack.layer_max, both, 1.0 + untied), stage(stack.layer_max, {})]
         totals = [sum(c.values()) for c in stages]
         k = max(range(2), key=totals.__getitem__)
         return RankCosts(stages, totals[k], totals[0] + (layout.pp - 1) * totals[1], k)
     else:
         edge_layers = pipeline.layers_on_edge_stage(model.layers, layout.pp)
-        stages = [stage(edge_layers, emb), stage(edge_layers, head)]
+        stages = [stage(edge_layers, emb, 1.0), stage(edge_layers, head, 1.0)]
         if layout.pp > 2:
             stages.append(stage(stack.layer_max, {}))
             middle = model.layers - 2 * edge_layers  # over pp - 2 stages
-            t_sum_extra = middle * sum(per_layer[k] for k in LAYER_KEYS) + (layout.pp - 2) * (
-                pp_s + dp.per_mb
-            )
+            layer_s = sum(per_layer[k] for k in LAYER_KEYS) + dp.hp_layer
+            t_sum_extra = middle * layer_s + (layout.pp - 2) * (pp_s + dp.per_mb)
         else:
             t_sum_extra = 0.0
     totals = [sum(c.values()) for c in stages]

@@ -286,7 +286,8 @@ class VectorPass:
         if tcols is None:
             self.fallback.extend(r[:, ROW.i].tolist())
             return
-        t = time_columns(sub, tcols, pp, zero, reshard, self.sim.model.layers)
+        untied = 0.0 if self.sim.model.tied_embeddings else 1.0
+        t = time_columns(sub, tcols, pp, zero, reshard, self.sim.model.layers, untied)
         self.timed(r, mem, t)
 
     def memory_only(self, pp: int, r: np.ndarray, mem: Columns) -> None:

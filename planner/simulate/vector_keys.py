@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner.costs import comms, memory, pipeline
-from planner.simulate.data_parallel import DP_BUCKET_PARAMS, fsdp2_copies_s
+from planner.simulate.data_parallel import DP_BUCKET_PARAMS, fsdp2_copies_s, hp_grad_pass
 from planner.simulate.layers import LAYER_KEYS
 from planner.simulate.stages import params_per_gpu, shared_collective_s
 from planner.simulate.vector_math import PER_LAYER, Columns
@@ -60,6 +60,10 @@ def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
         params = sim._params.get(pkey)
         if params is None:
             params = sim._params[pkey] = params_per_gpu(ctx, stack)
+        tr = ctx.training
+        hp = (0.0, 0.0)
+        if tr.fp32_grad_accumulation_pass and tr.precision == "bf16":
+            hp = hp_grad_pass(ctx, params)
     except (ArithmeticError, sim_errors()):
         return None
     pid = memo["pid"][mid, pp] = len(memo["pid_num"])
@@ -73,6 +77,7 @@ def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
             params.local,
             params.stage_layers,
             bucket,
+            *hp,
         )
     )
     memo["pid_params"].append(params)
@@ -100,6 +105,9 @@ def new_flight(memo: dict, layers: int, pp: int, vpp: int, m: int, sched) -> int
 # the columns of the memo's "mid_num" rows (mid_row) and "pid_num" rows (new_pid), in order
 MID_COLUMNS = ("act", "full_one", "logits")
 PID_COLUMNS = ("dense", "experts", "dense_layer", "expert_layer", "local", "stage_layers", "bucket")
+# the bf16 -> fp32 gradient pass of a layer and of a vocabulary table (data_parallel.hp_grad_pass,
+# before its ZeRO condition, which time_columns applies per group)
+PID_COLUMNS += ("hp_layer", "hp_table")
 
 
 def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:

@@ -122,7 +122,9 @@ def hide_pp_hops(cats: dict, total: np.ndarray, t: Columns) -> np.ndarray:
     return np.where(t.opp, rest + shown, total)
 
 
-def time_columns(c: Columns, t: Columns, pp: int, zero: int, reshard: bool, layers: int) -> Columns:
+def time_columns(
+    c: Columns, t: Columns, pp: int, zero: int, reshard: bool, layers: int, untied: float = 0.0
+) -> Columns:
     """Step time of every candidate: ``table`` (the time breakdown, TIME_KEYS order) and
     ``scalars`` (step s, tokens/s, MFU %, HFU %, model FLOPs per token, GPUs)."""
     keys, lid = t.keys, t.lid
@@ -136,21 +138,28 @@ def time_columns(c: Columns, t: Columns, pp: int, zero: int, reshard: bool, laye
     ]
     emb, head, both = edges
     per_mb, dp_step = dp_columns(c, t, pl, zero, reshard)
+    # stages.rank_costs: the bf16 -> fp32 gradient pass (ZeRO 0 and 1 only) by layers and tables
+    hp_on = 1.0 if zero <= 1 else 0.0
+    hp_layer, hp_table = hp_on * c.hp_layer, hp_on * c.hp_table
 
-    def stage(n_layers: int, edge: dict) -> dict:
-        return stage_categories(n_layers, pl, t.pp_s, per_mb, edge)
+    def stage(n_layers: int, edge: dict, tables: float = 0.0) -> dict:
+        cats = stage_categories(n_layers, pl, t.pp_s, per_mb, edge)
+        cats["compute_memory_bound"] = cats["compute_memory_bound"] + (
+            n_layers * hp_layer + tables * hp_table
+        )
+        return cats
 
     if pp == 1:
-        stages = [stage(layers, both)]
+        stages = [stage(layers, both, 1.0 + untied)]
         extra = 0.0
     else:
         edge_layers = pipeline.layers_on_edge_stage(layers, pp)
-        stages = [stage(edge_layers, emb), stage(edge_layers, head)]
+        stages = [stage(edge_layers, emb, 1.0), stage(edge_layers, head, 1.0)]
         extra = 0.0
         if pp > 2:
             stages.append(stage(pipeline.layers_on_bottleneck_stage(layers, pp), {}))
             middle = layers - 2 * edge_layers
-            extra = middle * s_layer + (pp - 2) * (t.pp_s + per_mb)
+            extra = middle * (s_layer + hp_layer) + (pp - 2) * (t.pp_s + per_mb)
     totals = [sum(s.values()) for s in stages]
     t_sum = totals[0] + (totals[1] if pp > 1 else 0.0) + extra
     if pp > 1 and np.any(t.opp):

@@ -283,6 +283,27 @@ class Training(_Frozen):
         "NeMo 1 distributed_fused_adam dtype bf16). The reduced forms need precision bf16 or "
         "fp8 and a stack with capabilities.reduced_optimizer_states",
     )
+    fp32_grad_accumulation_pass: bool = Field(
+        default=False,
+        description="with precision bf16, after every micro-batch's backward each parameter "
+        "tensor's bf16 gradient is cast to fp32 and added into its fp32 gradient, one tensor "
+        "at a time (DeepSpeed BF16_Optimizer.update_hp_grads, called by the pipeline engine's "
+        "_exec_backward_pass since DeepSpeed 0.6.2, PR #1801, and by its backward otherwise): "
+        "18 B per parameter and two kernels per parameter tensor each micro-batch, on the "
+        "critical path (planner/costs/elementwise.py HP_GRAD_BYTES_PER_PARAM). Megatron-Core "
+        "accumulates into fp32 main_grad inside the weight-gradient GEMM instead",
+    )
+    vocab_multiple: int = Field(
+        default=128,
+        ge=1,
+        le=4096,
+        description="the vocabulary is padded up to a multiple of this times TP before the "
+        "embedding table and the logits are built (Megatron-LM --make-vocab-size-divisible-by, "
+        "default 128, megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding); "
+        "1: the tokenizer's size as it is (torchtitan, Hugging Face models). The padded rows "
+        "cost logits FLOPs, loss bytes and embedding memory; an unpadded odd vocabulary runs "
+        "the logits GEMM misaligned (planner/costs/alignment.py)",
+    )
     linear_bias: bool = Field(
         default=False,
         description="the model code's linear layers carry bias vectors and its LayerNorms a "

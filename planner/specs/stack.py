@@ -144,6 +144,12 @@ class StackDataParallel(Spec):
         "every gather) or per_tensor_list (DeepSpeed 0.3: one list-form collective per "
         "parameter tensor)",
     )
+    fp32_grad_accumulation_pass: bool = Field(
+        default=False,
+        description="in bf16, after every micro-batch's backward each parameter tensor's bf16 "
+        "gradient is cast to fp32 and added into an fp32 gradient buffer "
+        "(Training.fp32_grad_accumulation_pass; DeepSpeed's BF16_Optimizer update_hp_grads)",
+    )
 
 
 class StackOverlap(Spec):
@@ -248,6 +254,13 @@ class StackSpec(Spec):
     linear_bias: bool = Field(
         default=False,
         description="its model code's linears and LayerNorms carry biases (Training.linear_bias)",
+    )
+    vocab_multiple: int = Field(
+        default=128,
+        ge=1,
+        le=4096,
+        description="its vocabulary padding: a multiple of this times TP (Megatron's "
+        "--make-vocab-size-divisible-by 128; 1: unpadded) (Training.vocab_multiple)",
     )
     selective_recompute_modules: tuple[RecomputeModule, ...] = Field(
         default=("core_attn",),

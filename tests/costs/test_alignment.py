@@ -59,10 +59,40 @@ def test_fp8_needs_sixteen_element_rows():
     assert compute.gemm_alignment(g, _device("bf16"), low=True) == 1.0
 
 
-def test_the_logits_gemm_is_not_charged():
-    """Megatron pads the vocabulary to 128 x TP; the logits are left aligned (alignment.py)."""
+def test_megatron_pads_the_vocabulary_and_an_unpadded_odd_one_runs_misaligned():
+    """GPT-2's 50,257 rows: Megatron pads them to 50,432 at TP 2 (128 x 2 = 256), aligned;
+    kept as they are (vocab_multiple 1: 25,129 rows per TP rank) the logits GEMM is charged
+    the alignment factor."""
+    from planner.costs import flops
+
+    model = planner.ModelSpec.model_validate(
+        {**planner.load_model("gpt3-1.3b").model_dump(), "vocab": 50257, "name": "gpt2-vocab"}
+    )
+    layout = Layout(tp=2)
+    padded = Training(seq_len=2048, global_batch=8, micro_batch=1)
+    unpadded = padded.model_copy(update={"vocab_multiple": 1})
+    assert flops.padded_vocab(model, layout, padded) == 50432
+    # unpadded, a vocabulary-parallel split still needs a multiple of TP: 50,258 = 2 x 25,129
+    assert flops.padded_vocab(model, layout, unpadded) == 50258
     dev = _device()
-    assert compute.gemm_alignment(Gemm("logits", 8192, 50257, 4096), dev, low=False) == 1.0
+    g_pad = flops.logits_gemm(model, layout, padded)
+    g_odd = flops.logits_gemm(model, layout, unpadded)
+    assert compute.gemm_alignment(g_pad, dev, low=False) == 1.0
+    assert compute.gemm_alignment(g_odd, dev, low=False) < 1.0
+    # fewer FLOPs, yet the unpadded logits are slower
+    assert sum(compute.gemms_time_s((g_odd,), dev)) > sum(compute.gemms_time_s((g_pad,), dev))
+
+
+def test_padding_adds_the_padded_rows_to_memory_and_work():
+    from planner.costs import memory
+
+    model = planner.load_model("llama3.1-8b")  # 128,256 rows: 128 x 1002, padded at TP 4
+    layout = Layout(tp=4)
+    tr = Training(seq_len=4096, global_batch=8, micro_batch=1)
+    bare = tr.model_copy(update={"vocab_multiple": 1})
+    assert memory.logits_bytes(model, layout, tr) == pytest.approx(
+        memory.logits_bytes(model, layout, bare) * 128512 / 128256
+    )
 
 
 def test_unfused_attention_with_a_misaligned_head_dim_is_slower():

@@ -63,7 +63,7 @@ def test_narayanan_eq3_without_and_with_logits(make_gpt, L, h, a, V, s, b):
     per_layer = lf.gemm_fwd_flops + lf.attention_model_fwd_flops
     assert 3 * L * per_layer == pytest.approx(72 * b * s * L * h * h * (1 + s / (6 * h)), rel=1e-12)
 
-    training = Training(seq_len=s, global_batch=b, micro_batch=b)
+    training = Training(seq_len=s, global_batch=b, micro_batch=b, vocab_multiple=1)  # V as is
     logits = flops.logits_gemm(spec, Layout(), training)
     assert logits.flops == pytest.approx(2 * b * s * h * V, rel=1e-12)
 
@@ -172,7 +172,7 @@ def test_tp_splits_gemm_and_attention_flops(make_gpt, tp):
     assert split.attention_model_fwd_flops * tp == pytest.approx(
         one.attention_model_fwd_flops, rel=1e-12
     )
-    training = Training(seq_len=2048, global_batch=1)
+    training = Training(seq_len=2048, global_batch=1, vocab_multiple=1)  # 32,000 unpadded
     assert flops.logits_gemm(spec, Layout(tp=tp), training).flops * tp == pytest.approx(
         flops.logits_gemm(spec, Layout(), training).flops, rel=1e-12
     )

@@ -254,11 +254,12 @@ def test_layers_in_flight_by_schedule(schedule, v, chunks):
 
 
 def test_logits_bytes_by_hand():
-    """bf16 logits (2 B) and fp32 softmax (4 B) per token per vocab entry, TP-split."""
+    """bf16 logits (2 B) and fp32 softmax (4 B) per token per vocab entry, TP-split; the
+    vocabulary padded as Megatron pads it (128 x TP = 512: 128,256 -> 128,512 rows)."""
     spec = planner.load_model("llama3.1-8b")
     tr = Training(seq_len=8192, global_batch=2, micro_batch=2)
     got = memory.logits_bytes(spec, Layout(tp=4, cp=2), tr)
-    assert got == pytest.approx(2 * 8192 / 2 * 128256 / 4 * 6)
+    assert got == pytest.approx(2 * 8192 / 2 * 128512 / 4 * 6)
 
 
 def test_in_place_cross_entropy_keeps_only_the_logits():
@@ -330,7 +331,13 @@ def test_pytorch_loss_under_tp_is_loss_parallel():
     from planner.costs import elementwise
 
     spec = planner.load_model("llama3.1-8b")
-    tr = Training(seq_len=8192, global_batch=2, micro_batch=2, cross_entropy="fp32_log_softmax")
+    tr = Training(
+        seq_len=8192,
+        global_batch=2,
+        micro_batch=2,
+        cross_entropy="fp32_log_softmax",
+        vocab_multiple=1,  # torchtitan builds the tokenizer's 128,256 rows as they are
+    )
     one, four = Layout(), Layout(tp=4, sequence_parallel=True)
     logits = 2 * 8192 * spec.vocab
     assert elementwise.loss_kernel("fp32_log_softmax", 4) == "loss_parallel"
