@@ -442,3 +442,24 @@ def test_cli_search_under_deepspeed_zero_writes_the_deepspeed_json(tmp_path: Pat
     assert json.loads(buf.getvalue())["step_time_s"] == pytest.approx(
         best["report"]["step_time_s"], rel=1e-12
     )
+
+
+def test_vocabulary_padding_is_written_where_megatron_pads_and_stated_where_nothing_pads() -> None:
+    """Training.vocab_multiple: Megatron's --make-vocab-size-divisible-by (written only when it
+    is not the default 128); the frameworks that build the tokenizer's size as it is say when
+    the planner costed padded rows (Llama 3's 128,256 at TP 4 -> 128,512)."""
+    layout = Layout(tp=4, dp=4, zero=1)
+    unpadded = TRAINING.model_copy(update={"vocab_multiple": 1})
+    assert "--make-vocab-size-divisible-by 1" in megatron_args(MODEL, GPUS, layout, unpadded)
+    assert "--make-vocab-size-divisible-by" not in megatron_args(MODEL, GPUS, layout, TRAINING)
+    mds = megatron_deepspeed_args(MODEL, GPUS, layout, unpadded)
+    assert "--make-vocab-size-divisible-by 1" in mds.splitlines()
+    for writer in (nemo_overrides, megatron_bridge_overrides):
+        text = writer(MODEL, GPUS, layout, unpadded)
+        assert "make_vocab_size_divisible_by" in text, writer
+        assert "make_vocab_size_divisible_by" not in writer(MODEL, GPUS, layout, TRAINING)
+    plain = Layout(tp=4, dp=4, zero=3)
+    for writer in (torchtitan_toml, llm_foundry_yaml, deepspeed_json):
+        padded = _stated(writer(MODEL, GPUS, plain, TRAINING))
+        assert any("training.vocab_multiple = 128" in s and "128,512" in s for s in padded), writer
+        assert not any("vocab_multiple" in s for s in _stated(writer(MODEL, GPUS, plain, unpadded)))

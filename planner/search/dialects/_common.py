@@ -6,11 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from planner.costs.flops import padded_vocab
 from planner.errors import PlannerError
 from planner.specs.layout import DEFAULT_RECOMPUTE_MODULES, Layout, Training
 from planner.specs.model import ModelSpec
 
 NOT_EXPRESSED = "NOT EXPRESSED"  # every statement of a dropped field carries this marker
+# Megatron-LM --make-vocab-size-divisible-by default (megatron/training/arguments.py,
+# core_v0.15.0); the exports state the flag only when Training.vocab_multiple differs
+MEGATRON_VOCAB_MULTIPLE = 128
 
 
 def grad_accumulation_steps(layout: Layout, training: Training) -> int:
@@ -120,6 +124,21 @@ def not_expressed(layout: Layout, training: Training, reasons: dict[str, str]) -
             shown = list(value) if isinstance(value, tuple) else value
             out.append(f"{owner}.{name} = {shown}: {NOT_EXPRESSED} ({reason})")
     return out
+
+
+def vocab_padding_note(
+    model: ModelSpec, layout: Layout, training: Training, framework: str
+) -> list[str]:
+    """A statement when the planner costed a padded vocabulary (``Training.vocab_multiple``)
+    that ``framework``, which builds the tokenizer's size as it is, will not pad."""
+    padded = padded_vocab(model, layout, training)
+    bare = padded_vocab(model, layout, training.model_copy(update={"vocab_multiple": 1}))
+    if padded == bare:
+        return []
+    return [
+        f"training.vocab_multiple = {training.vocab_multiple}: {NOT_EXPRESSED} ({framework} "
+        f"builds the {bare:,}-row vocabulary as it is; the planner costed {padded:,} padded rows)"
+    ]
 
 
 def host_offload_reasons(framework: str) -> dict[str, str]:

@@ -32,6 +32,7 @@ from planner.search.dialects._common import (
     grad_accumulation_steps,
     host_offload_reasons,
     not_expressed,
+    vocab_padding_note,
 )
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -116,6 +117,7 @@ def deepspeed_json(
         )
     else:
         notes += not_expressed(layout, training, STANDALONE_REASONS)
+        notes += vocab_padding_note(model, layout, training, "a Hugging Face model under DeepSpeed")
         if training.precision == "fp8":
             notes.append(
                 f"training.precision = fp8: {NOT_EXPRESSED} (no FP8 GEMM key in a DeepSpeed "

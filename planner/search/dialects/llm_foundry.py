@@ -27,6 +27,7 @@ from planner.search.dialects._common import (
     fp32_states_reason,
     host_offload_reasons,
     not_expressed,
+    vocab_padding_note,
 )
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -88,6 +89,7 @@ def llm_foundry_yaml(model: ModelSpec, gpus: int, layout: Layout, training: Trai
             training,
             REASONS | host_offload_reasons("llm-foundry") | fp32_states_reason("Composer"),
         )
+        + vocab_padding_note(model, layout, training, "llm-foundry")
         + notes
     )
     doc = {

@@ -53,6 +53,7 @@ from typing import Any
 from planner.schedules import schedule_of
 from planner.search.dialects._common import (
     MEGATRON_BF16_STATES,
+    MEGATRON_VOCAB_MULTIPLE,
     NOT_EXPRESSED,
     by_hand_note,
     fp32_states_reason,
@@ -157,6 +158,8 @@ def _core_rows(model: ModelSpec, layout: Layout, training: Training) -> tuple[li
         notes += not_expressed(layout, training, MEGATRON_BF16_STATES)
     if not training.dropout:
         rows += [("model", "hidden_dropout", 0.0), ("model", "attention_dropout", 0.0)]
+    if training.vocab_multiple != MEGATRON_VOCAB_MULTIPLE:
+        rows.append(("model", "make_vocab_size_divisible_by", training.vocab_multiple))
     if training.offload_layers:
         rows += [
             ("model", "cpu_offloading", True),
@@ -388,6 +391,8 @@ def megatron_deepspeed_args(model: ModelSpec, gpus: int, layout: Layout, trainin
         lines += ["--transformer-impl transformer_engine", "--fp8-hybrid"]
     if not training.dropout:
         lines += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
+    if training.vocab_multiple != MEGATRON_VOCAB_MULTIPLE:
+        lines.append(f"--make-vocab-size-divisible-by {training.vocab_multiple}")
     lines += [
         "--deepspeed",
         "--deepspeed_config ds_config.json",

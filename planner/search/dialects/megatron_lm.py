@@ -20,6 +20,7 @@ from __future__ import annotations
 from planner.schedules import schedule_of
 from planner.search.dialects._common import (
     MEGATRON_BF16_STATES,
+    MEGATRON_VOCAB_MULTIPLE,
     NOT_EXPRESSED,
     host_offload_reasons,
     not_expressed,
@@ -135,6 +136,8 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
         f"--seq-length {training.seq_len}",
     ]
     lines += _zero_and_precision_args(layout, training)
+    if training.vocab_multiple != MEGATRON_VOCAB_MULTIPLE:
+        lines.append(f"--make-vocab-size-divisible-by {training.vocab_multiple}")
     if training.offload_layers:
         lines += ["--cpu-offloading", f"--cpu-offloading-num-layers {training.offload_layers}"]
     if training.cross_entropy == "in_place":

@@ -27,6 +27,7 @@ from planner.search.dialects._common import (
     host_offload_reasons,
     not_expressed,
     pipeline_split,
+    vocab_padding_note,
 )
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -66,7 +67,7 @@ def torchtitan_toml(model: ModelSpec, gpus: int, layout: Layout, training: Train
     lines = [f"# torchtitan job config fragment for {model.name} on {gpus} GPUs", ""]
     offloads = not_expressed(
         layout, training, host_offload_reasons("torchtitan") | fp32_states_reason("torchtitan")
-    )
+    ) + vocab_padding_note(model, layout, training, "torchtitan")
     lines += [f"# {n}" for n in offloads]
     if layout.zero == 1:
         lines += [
