@@ -207,9 +207,10 @@ def unfused_attention_time_s(
 
     Two batched GEMMs per head (Q K^T over the full s x s, no causal skip; P V) at bf16 GEMM
     efficiency (times the operand alignment of the head dimensions and the sequence,
-    :func:`planner.costs.alignment.unfused_attention_alignment`), and memory-bound passes over the scores: fused scale-mask-softmax reads and
-    writes 2 B per score, dropout reads 2, writes 2 and a 1 B mask (Korthikanti et al. 2022,
-    section 4.1, count 5as^2b bytes of saved scores); backward moves about twice as much.
+    :func:`planner.costs.alignment.unfused_attention_alignment`), and memory-bound passes over
+    the scores: fused scale-mask-softmax reads and writes 2 B per score, dropout reads 2,
+    writes 2 and a 1 B mask (Korthikanti et al. 2022, section 4.1, count 5as^2b bytes of saved
+    scores); backward moves about twice as much.
     """
     seqs = heads * tokens / seq_len  # independent (sequence, head) score matrices
     a = unfused_attention_alignment(seq_len, d_qk, d_v, dev.act_bytes)

@@ -277,14 +277,22 @@ HP_GRAD_BYTES_PER_PARAM = 2 + 4 + 4 + 4 + 4
 HP_GRAD_KERNELS_PER_TENSOR = 2  # the cast and the add
 
 
+# the highest ZeRO stage the pass runs under (DeepSpeed engine.py
+# ``_do_optimizer_sanity_check``: ZeRO-2 and -3 run their own optimizer, which reduces each
+# micro-batch's gradients instead)
+HP_GRAD_MAX_ZERO = 1
+
+
+def hp_grad_pass_trains(training: Training) -> bool:
+    """Whether ``training`` runs the stack's BF16_Optimizer (Training.fp32_grad_accumulation_pass)
+    in bf16: the pass runs under every ZeRO stage up to ``HP_GRAD_MAX_ZERO``."""
+    return training.fp32_grad_accumulation_pass and training.precision == "bf16"
+
+
 def hp_grad_pass_applies(layout: Layout, training: Training) -> bool:
-    """Whether the step runs the bf16 -> fp32 gradient-accumulation pass: the stack's
-    BF16_Optimizer (Training.fp32_grad_accumulation_pass) in bf16, with ZeRO stage 0 or 1
-    (DeepSpeed engine.py ``_do_optimizer_sanity_check``: ZeRO-2 and -3 run their own optimizer,
-    which reduces each micro-batch's gradients instead)."""
-    return (
-        training.fp32_grad_accumulation_pass and training.precision == "bf16" and layout.zero <= 1
-    )
+    """Whether the step runs the bf16 -> fp32 gradient-accumulation pass (the training's
+    BF16_Optimizer, :func:`hp_grad_pass_trains`, with ZeRO stage 0 or 1)."""
+    return hp_grad_pass_trains(training) and layout.zero <= HP_GRAD_MAX_ZERO
 
 
 def hp_grad_pass_s(params: float, tensors: float, hbm_bytes_per_s: float, kernel_s: float) -> float:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner.costs import comms, memory, pipeline
+from planner.costs.elementwise import hp_grad_pass_trains
 from planner.simulate.data_parallel import DP_BUCKET_PARAMS, fsdp2_copies_s, hp_grad_pass
 from planner.simulate.layers import LAYER_KEYS
 from planner.simulate.stages import params_per_gpu, shared_collective_s
@@ -60,10 +61,7 @@ def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
         params = sim._params.get(pkey)
         if params is None:
             params = sim._params[pkey] = params_per_gpu(ctx, stack)
-        tr = ctx.training
-        hp = (0.0, 0.0)
-        if tr.fp32_grad_accumulation_pass and tr.precision == "bf16":
-            hp = hp_grad_pass(ctx, params)
+        hp = hp_grad_pass(ctx, params) if hp_grad_pass_trains(ctx.training) else (0.0, 0.0)
     except (ArithmeticError, sim_errors()):
         return None
     pid = memo["pid"][mid, pp] = len(memo["pid_num"])

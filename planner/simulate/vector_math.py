@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from planner.costs import memory, pipeline
+from planner.costs.elementwise import HP_GRAD_MAX_ZERO
 from planner.simulate.layers import LAYER_KEYS
 from planner.simulate.stages import stage_categories
 
@@ -139,7 +140,7 @@ def time_columns(
     emb, head, both = edges
     per_mb, dp_step = dp_columns(c, t, pl, zero, reshard)
     # stages.rank_costs: the bf16 -> fp32 gradient pass (ZeRO 0 and 1 only) by layers and tables
-    hp_on = 1.0 if zero <= 1 else 0.0
+    hp_on = 1.0 if zero <= HP_GRAD_MAX_ZERO else 0.0
     hp_layer, hp_table = hp_on * c.hp_layer, hp_on * c.hp_table
 
     def stage(n_layers: int, edge: dict, tables: float = 0.0) -> dict:
