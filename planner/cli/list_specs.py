@@ -54,6 +54,7 @@ def describe(kind: str, spec_id: str) -> str:
 def framework_rows() -> list[tuple[str, str]]:
     """Schema 1 framework names and the stack each stands for (planner/validate/frameworks.py)."""
     from planner.validate.frameworks import (
+        BY_CAPABILITY,
         BY_GENERATION,
         BY_PRECISION,
         BY_ZERO3,
@@ -73,6 +74,12 @@ def framework_rows() -> list[tuple[str, str]]:
             if n == name and not fp8
         ]
         extra += [f"{s} with precision {p}" for (n, p), s in BY_PRECISION.items() if n == name]
+        extra += [
+            f"on GPUs without FP8 tensor cores the first of {', '.join(eras)} that runs the "
+            "stated ZeRO stage, sequence parallelism and recompute"
+            for (n, fp8), eras in BY_CAPABILITY.items()
+            if n == name and not fp8
+        ]
         rows.append((name, stack + (f" ({'; '.join(extra)})" if extra else "")))
     return rows
 

@@ -182,6 +182,21 @@ def _compute(
     return _Compute(g_f, g_b, a_f, a_b, e_f, e_b, ex_f, ex_b, imbalance, is_moe, attention, lf, ew)
 
 
+# the GEMMs whose input gradient the backward TP collective of a block carries: the
+# column-parallel linears that read the block's (sequence-parallel) input. Under
+# Training.overlap_tp_backward that collective runs under their weight-gradient GEMMs. Routed
+# experts are not among them: the MoE token exchange is the dispatcher's, not a linear's.
+COLUMN_PARALLEL = {
+    "mixer": frozenset({"qkv", "q_proj", "q_down", "kv_down", "lin_qkv", "ssm_in_proj"}),
+    "mlp": frozenset({"mlp_fc1", "shared_fc1"}),
+}
+
+
+def _column_wgrad_s(c: _Compute, names: frozenset[str], dev: compute.Device, fp8w: bool) -> float:
+    """Seconds of the weight-gradient GEMMs of the column-parallel linears ``names``."""
+    return weight_grad_s(tuple(g for g in c.lf.gemms if g.name in names), dev, fp8w)
+
+
 def _tp_s(
     model: ModelSpec,
     layout: Layout,
@@ -190,25 +205,40 @@ def _tp_s(
     c: _Compute,
     fabric: comms.Fabric,
     groups: comms.Groups,
+    dev: compute.Device,
 ) -> tuple[float, float, float]:
     """(exposed forward, exposed backward, raw forward + backward) TP seconds.
 
     One all-reduce per block (mixer, MLP) forward and one backward (or all-gather +
     reduce-scatter pairs with SP, the same bus volume), each over the full [s, b, h] activation
-    (Korthikanti et al. 2022, Fig. 5)."""
+    (Korthikanti et al. 2022, Fig. 5). With ``Training.overlap_tp_backward`` the backward
+    collective of each block's column-parallel input (its all-reduce; with SP its
+    reduce-scatter, plus the re-gather of the input the weight gradient reads) runs under that
+    linear's weight-gradient GEMM (the data-gradient GEMM for the re-gather, taken as long),
+    exposed only beyond it and at ``overlap_contention`` while hidden; with SP the all-gather
+    of the output gradient before the block's data-gradient GEMMs stays exposed."""
     act_bytes = flops.tokens_per_gpu(layout, training) * model.hidden * training.act_bytes
     if layout.sequence_parallel:
-        one = comms.collective_time_s(
-            "all_gather", act_bytes, groups.tp, fabric
-        ) + comms.collective_time_s("reduce_scatter", act_bytes, groups.tp, fabric)
+        ag = comms.collective_time_s("all_gather", act_bytes, groups.tp, fabric)
+        rs = comms.collective_time_s("reduce_scatter", act_bytes, groups.tp, fabric)
+        one = ag + rs
     else:
-        one = comms.collective_time_s("all_reduce", act_bytes, groups.tp, fabric)
-    blocks = 1 if layer.mlp.kind == "none" else 2
-    tp_f = tp_b = blocks * one
+        ag = 0.0
+        rs = one = comms.collective_time_s("all_reduce", act_bytes, groups.tp, fabric)
+    blocks = ("mixer",) if layer.mlp.kind == "none" else ("mixer", "mlp")
+    tp_f = tp_b = len(blocks) * one
     raw = tp_f + tp_b
     if layout.overlap_tp_comm:
         tp_f = comms.exposed_time_s(tp_f, c.g_f, fabric, 1.0 - TP_OVERLAP_FRACTION)
         tp_b = comms.exposed_time_s(tp_b, c.g_b, fabric, 1.0 - TP_OVERLAP_FRACTION)
+    elif training.overlap_tp_backward and layout.tp > 1 and one > 0.0:
+        fp8w = fp8.wgrad_fp8(training.fp8_recipe)
+        tp_b = 0.0
+        for block in blocks:
+            window = _column_wgrad_s(c, COLUMN_PARALLEL[block], dev, fp8w)
+            tp_b += ag + comms.exposed_time_s(rs, window, fabric)
+            tp_b += comms.exposed_time_s(ag, window, fabric)  # the input re-gather (SP)
+        raw += len(blocks) * ag
     return tp_f, tp_b, raw
 
 
@@ -344,7 +374,7 @@ def layer_costs(
     else:
         key = (layer, COMPUTE_LAYOUT(layout), COMPUTE_TRAINING(training), id(dev))
         c = shared.get(key) or shared.setdefault(key, _compute(model, layout, training, layer, dev))
-    tp_f, tp_b, tp_raw = _tp_s(model, layout, training, layer, c, fabric, groups)
+    tp_f, tp_b, tp_raw = _tp_s(model, layout, training, layer, c, fabric, groups, dev)
     cp_f, cp_b, cp_raw = _cp_s(model, layout, training, c, fabric, groups)
     ep_f, ep_b, ep_raw = _ep_s(model, layout, training, c, fabric, groups)
     fwd = c.g_f + c.a_f + c.e_f + tp_f + cp_f + ep_f

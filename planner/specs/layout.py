@@ -283,6 +283,17 @@ class Training(_Frozen):
         "NeMo 1 distributed_fused_adam dtype bf16). The reduced forms need precision bf16 or "
         "fp8 and a stack with capabilities.reduced_optimizer_states",
     )
+    overlap_tp_backward: bool = Field(
+        default=True,
+        description="with TP > 1 (and no overlap_tp_comm), the backward collective of each "
+        "column-parallel linear's input gradient (all-reduce; reduce-scatter with sequence "
+        "parallelism) runs asynchronously under that linear's weight-gradient GEMM, and with "
+        "sequence parallelism the re-gather of its input under the data-gradient GEMM "
+        "(Megatron-LM --async-tensor-model-parallel-allreduce, on by default since 2021-09; "
+        "Megatron-Core LinearWithGradAccumulationAndAsyncCommunication; Transformer Engine "
+        "Linear backward); false: every backward TP collective is on the critical path "
+        "(planner/simulate/layers.py _tp_s)",
+    )
     fp32_grad_accumulation_pass: bool = Field(
         default=False,
         description="with precision bf16, after every micro-batch's backward each parameter "

@@ -160,6 +160,12 @@ class StackOverlap(Spec):
         "sequence parallelism is (NeMo tp_comm_overlap, torchtitan async TP)"
     )
     dp_grad_reduce: bool = Field(description="gradient reduction overlapped with backward")
+    tp_backward_async: bool = Field(
+        default=False,
+        description="each column-parallel linear's backward TP collective runs under its own "
+        "weight-gradient GEMM (Training.overlap_tp_backward; Megatron-LM's async "
+        "tensor-model-parallel all-reduce, Transformer Engine's Linear backward)",
+    )
     dp_grad_reduce_with_pp: bool = Field(
         default=True,
         description="the gradient reduction stays overlapped with backward when a pipeline "

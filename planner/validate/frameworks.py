@@ -5,8 +5,10 @@ stack that ran it. :data:`FRAMEWORK_STACKS` says which shipped stack each name s
 nothing else about a case (its source, year or notes) is read. Two rows depend on the case:
 
 * ``megatron-lm`` on an accelerator without FP8 tensor cores (A100 and older, the GPUs of the
-  2021-22 Megatron-LM papers: Narayanan et al. 2021, Korthikanti et al. 2022) is
-  ``megatron-lm-2021`` (materialised attention, dropout); on Hopper and later it can only be
+  2021-22 Megatron-LM papers) is the oldest Megatron-LM code base that can run the stated
+  case: ``megatron-lm-2021`` (v2.5, Narayanan et al. 2021), unless the case states sequence
+  parallelism, selective recompute or the distributed optimizer (ZeRO 1), which came with the
+  2022 code (Korthikanti et al. 2022), ``megatron-lm-2022``; on Hopper and later it can only be
   the Megatron-Core code base that reached those GPUs (2023-), so ``megatron-core``;
 * ``megatron-deepspeed`` on such a GPU is ``megatron-deepspeed-2022`` (the BLOOM / MT-NLG code:
   full activation checkpointing only, no sequence parallelism); on Hopper and later the
@@ -28,11 +30,12 @@ from __future__ import annotations
 
 from planner.errors import PlannerError
 from planner.specs.hardware import Cluster
+from planner.specs.loading import load_stack
 from planner.stacks import DEFAULT_STACK
 
 # framework as published (lower case, spaces and underscores as "-") -> shipped stack id
 FRAMEWORK_STACKS: dict[str, str] = {
-    "megatron-lm": "megatron-lm-2021",  # on Hopper and later: megatron-core (see module doc)
+    "megatron-lm": "megatron-lm-2021",  # or -2022, on Hopper and later megatron-core (module doc)
     "megatron": "megatron-lm-2021",
     "megatron-core": "megatron-core",
     "mcore": "megatron-core",
@@ -86,6 +89,12 @@ BY_ZERO3: dict[tuple[str, bool], str] = {
     ("megatron-lm", False): "deepspeed-zero3-2021",
     ("megatron", False): "deepspeed-zero3-2021",
 }
+# frameworks whose code base grew under one name: (framework, has FP8 tensor cores) -> its
+# shipped stacks oldest first; a case gets the first that can run what it states
+BY_CAPABILITY: dict[tuple[str, bool], tuple[str, ...]] = {
+    ("megatron-lm", False): ("megatron-lm-2021", "megatron-lm-2022"),
+    ("megatron", False): ("megatron-lm-2021", "megatron-lm-2022"),
+}
 # frameworks whose stack depends on the training precision
 BY_PRECISION: dict[tuple[str, str], str] = {
     ("torchtitan", "fp8"): "torchtitan-compiled-float8",
@@ -97,15 +106,30 @@ def normalise(framework: str) -> str:
     return "-".join(framework.lower().replace("_", " ").split())
 
 
+def _runs(stack_id: str, zero: int | None, sequence_parallel: bool, recompute: str | None) -> bool:
+    """Whether the shipped stack ``stack_id`` can run the stated ZeRO stage, sequence
+    parallelism and recompute (None: not stated)."""
+    caps = load_stack(stack_id).capabilities
+    return (
+        (zero is None or zero in caps.zero_stages)
+        and (caps.sequence_parallel or not sequence_parallel)
+        and (recompute is None or recompute in caps.recompute)
+    )
+
+
 def stack_for_framework(
     framework: str,
     cluster: Cluster,
     precision: str | None,
     strict: bool = False,
     zero: int | None = None,
+    sequence_parallel: bool = False,
+    recompute: str | None = None,
 ) -> tuple[str, str | None]:
     """The shipped stack id for a schema 1 case, and a note when the framework is not in the
-    table (costed under the default stack); ``strict``: that is a PlannerError instead."""
+    table (costed under the default stack); ``strict``: that is a PlannerError instead.
+    ``zero``, ``sequence_parallel`` and ``recompute`` are what the case states (None: not
+    stated): they pick among a framework's code bases (:data:`BY_CAPABILITY`)."""
     key = normalise(framework)
     if key not in FRAMEWORK_STACKS:
         valid = ", ".join(sorted(FRAMEWORK_STACKS))
@@ -116,15 +140,20 @@ def stack_for_framework(
             f"the default stack {DEFAULT_STACK}"
         )
     has_fp8 = cluster.accelerator.peak_tflops.fp8 is not None
+    eras = BY_CAPABILITY.get((key, has_fp8), ())
+    era = next((s for s in eras if _runs(s, zero, sequence_parallel, recompute)), None)
     stack = (
         (BY_ZERO3.get((key, has_fp8)) if (zero or 0) >= 3 else None)
         or BY_GENERATION.get((key, has_fp8))
         or BY_PRECISION.get((key, precision or ""))
+        or era
+        or (eras[-1] if eras else None)
     )
     return stack or FRAMEWORK_STACKS[key], None
 
 
 __all__ = [
+    "BY_CAPABILITY",
     "BY_GENERATION",
     "BY_PRECISION",
     "BY_ZERO3",

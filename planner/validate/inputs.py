@@ -129,7 +129,13 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             notes.append(f"GPUs power-limited to {case.power_limit_w:.0f} W (as the source states)")
     else:
         stack_id, note = stack_for_framework(
-            case.framework, cluster, case.training.precision, strict, case.layout.zero
+            case.framework,
+            cluster,
+            case.training.precision,
+            strict,
+            case.layout.zero,
+            bool(case.layout.sequence_parallel),
+            case.training.recompute,
         )
         stack, enforce, listed = load_stack(stack_id), False, ()
         notes.append(note or f"framework {case.framework!r}: stack {stack_id}")
