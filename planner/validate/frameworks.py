@@ -28,6 +28,8 @@ framework must still be simulated); ``planner validate --strict`` makes it the c
 
 from __future__ import annotations
 
+import re
+
 from planner.errors import PlannerError
 from planner.specs.hardware import Cluster
 from planner.specs.loading import load_stack
@@ -101,9 +103,28 @@ BY_PRECISION: dict[tuple[str, str], str] = {
 }
 
 
+# a version as published after a framework's name: 2.0, v0.8.0, 24.07, r0.9, 0.15.0rc1
+_VERSION = re.compile(r"^[vr]?\d+(\.\d+)*([a-z]+\d*)?$")
+
+
 def normalise(framework: str) -> str:
-    """The table key of a published framework name."""
-    return "-".join(framework.lower().replace("_", " ").split())
+    """The table key of a published framework name: lower case, spaces and underscores as
+    "-", and, when that is not a key, without what is in parentheses and without version
+    tokens ("NeMo 2.0", "Megatron-LM (v2.5)" and "DeepSpeed v0.9.2" are nemo, megatron-lm and
+    deepspeed)."""
+    words = framework.lower().replace("_", " ").split()
+    key = "-".join(words)
+    if key in FRAMEWORK_STACKS:
+        return key
+    bare = re.sub(r"\([^)]*\)", " ", " ".join(words)).split()
+    kept = [w for w in bare if not _VERSION.match(w)]
+    stripped = "-".join(kept)
+    while stripped and stripped not in FRAMEWORK_STACKS:  # "megatron-lm-v2.5", "nemo-2.0"
+        head, _, tail = stripped.rpartition("-")
+        if not head or not _VERSION.match(tail):
+            break
+        stripped = head
+    return stripped if stripped in FRAMEWORK_STACKS else key
 
 
 def _runs(stack_id: str, zero: int | None, sequence_parallel: bool, recompute: str | None) -> bool:

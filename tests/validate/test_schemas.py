@@ -142,6 +142,21 @@ def test_v1_case_takes_its_stacks_kernels():
     assert h100.stack.name == "megatron-core"
 
 
+def test_a_published_version_after_the_name_is_not_part_of_it():
+    a100 = planner.load_cluster("dgx-a100-80gb")
+    for name, key in [
+        ("NeMo 2.0", "nemo"),
+        ("Megatron-LM (v2.5)", "megatron-lm"),
+        ("DeepSpeed v0.9.2", "deepspeed"),
+        ("llm-foundry v0.3.0", "llm-foundry"),
+        ("NeMo Framework 24.07", "nemo-framework"),
+        ("nemo 2", "nemo-2"),  # a table key keeps its number
+        ("HAI-LLM", "hai-llm"),  # not a version: left as it is (and not in the table)
+    ]:
+        assert normalise(name) == key, name
+    assert stack_for_framework("NeMo 2.0", a100, "bf16") == ("nemo", None)
+
+
 def test_unknown_framework_is_costed_and_said_or_strictly_an_error():
     raw = _v1(framework="homegrown")
     row = run_case(raw, planner.default_profile)
