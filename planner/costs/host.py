@@ -62,6 +62,22 @@ MOE_EP_OPS = 4.0
 BACKWARD_OP_FACTOR = 2.0
 
 
+# Kernels of attention with materialised scores (pre-FlashAttention Megatron CoreAttention,
+# Megatron-LM v2.5 megatron/model/transformer.py ParallelAttention.forward, and the same code in
+# the 2022 Megatron-LM and Megatron-DeepSpeed forks): torch.baddbmm (Q K^T into the score
+# buffer), the fused scale-mask-softmax, torch.bmm (P V) and the output's
+# permute(...).contiguous() copy; with attention dropout one more (F.dropout). A fused kernel
+# (FlashAttention, cuDNN) is one launch.
+UNFUSED_ATTENTION_KERNELS = 4.0
+
+
+def core_kernels(attention_kernel: str, softmax_attention: bool, dropout: bool) -> float:
+    """Kernel launches of a layer's token-mixer core in the forward pass."""
+    if softmax_attention and attention_kernel == "unfused":
+        return UNFUSED_ATTENTION_KERNELS + (1.0 if dropout else 0.0)
+    return 1.0
+
+
 def forward_ops(
     gemms: Iterable[Gemm],
     elementwise_kernels: float,
@@ -69,16 +85,17 @@ def forward_ops(
     collectives: float,
     moe: bool,
     ep: int,
+    core: float = 1.0,
 ) -> float:
     """Ops one layer's forward issues on the host for one micro-batch.
 
     Every GEMM launch counts once (a grouped expert GEMM once per local expert, plus one FP8
     quantisation per expert GEMM input), as do the layer's memory-bound kernels, the token-mixer
-    core, and each collective.
+    core's ``core`` launches (:func:`core_kernels`), and each collective.
     """
     gemm_launches = sum(g.count for g in gemms)
     casts = sum(g.count - 1.0 for g in gemms if fp8 and g.name != "router")
-    ops = gemm_launches + casts + elementwise_kernels + 1.0 + collectives
+    ops = gemm_launches + casts + elementwise_kernels + core + collectives
     if moe:
         ops += MOE_ROUTING_OPS + (MOE_EP_OPS if ep > 1 else 0.0)
     return ops

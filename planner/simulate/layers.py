@@ -315,7 +315,10 @@ def _host_s(
         layout.cp - 1.0 if c.attention and layout.cp > 1 else 0.0
     )
     fp8 = training.precision == "fp8"
-    ops_f = host.forward_ops(c.lf.gemms, c.ew.fwd_kernels, fp8, collectives, c.is_moe, layout.ep)
+    core = host.core_kernels(training.attention_kernel, c.attention, training.dropout)
+    ops_f = host.forward_ops(
+        c.lf.gemms, c.ew.fwd_kernels, fp8, collectives, c.is_moe, layout.ep, core
+    )
     if not (c.is_moe and model.moe is not None and model.moe.capacity_factor is None):
         host_f = host.stall_s(fwd, ops_f, dev.host_op_s)
         host_b = host.stall_s(bwd, host.BACKWARD_OP_FACTOR * ops_f, dev.host_op_s)

@@ -1,0 +1,53 @@
+"""Attention with materialised scores issues its own kernels, and a host-bound step pays them."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.costs import host
+from planner.costs.flops import Gemm
+from planner.specs.layout import Layout, Training
+
+
+def test_unfused_attention_core_is_four_launches_and_one_more_with_dropout():
+    assert host.core_kernels("unfused", True, False) == host.UNFUSED_ATTENTION_KERNELS == 4.0
+    assert host.core_kernels("unfused", True, True) == 5.0
+    for kernel in ("fused", "cudnn", "flash2"):
+        assert host.core_kernels(kernel, True, True) == 1.0
+    # a state-space or linear-attention mixer is one fused scan whatever the attention kernel
+    assert host.core_kernels("unfused", False, True) == 1.0
+
+
+def test_forward_ops_counts_the_core_launches():
+    g = (Gemm("qkv", 1024, 3072, 1024), Gemm("attn_out", 1024, 1024, 1024))
+    one = host.forward_ops(g, 6.0, False, 0.0, False, 1)
+    five = host.forward_ops(g, 6.0, False, 0.0, False, 1, core=5.0)
+    assert five - one == pytest.approx(4.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_host_bound():
+    cluster = planner.load_cluster("dgx-a100-80gb")
+    profile = planner.default_profile(cluster).with_host_op_us(500.0)  # the host binds
+    return planner.load_model("gpt-tiny"), cluster, profile
+
+
+def test_a_host_bound_step_pays_the_unfused_core_launches(tiny_host_bound):
+    model, cluster, profile = tiny_host_bound
+    layout = Layout(dp=1)
+
+    def step(kernel: str) -> float:
+        tr = Training(
+            seq_len=1024,
+            global_batch=1,
+            micro_batch=1,
+            precision="fp16",
+            attention_kernel=kernel,
+            dropout=True,
+        )
+        return planner.simulate(model, cluster, layout, tr, profile=profile).step_time_s
+
+    # forward 1x and backward 2x the four extra launches of every layer, at 500 us each
+    extra = model.layers * (1 + host.BACKWARD_OP_FACTOR) * 4.0 * 500e-6
+    assert step("unfused") - step("flash2") >= 0.9 * extra
