@@ -104,6 +104,16 @@ NOTES = """\
   MT-NLG and BLOOM's 2022 trials (+19..+40%; their ZeRO-1 and fp16 optimizers add no per-micro-batch
   fp32 pass, the BF16_Optimizer the final BLOOM run used does, and is costed since 2026-12-05: the
   public BLOOM-176B row +15 -> +9%), and float8 rowwise (+23..+62%). No fit reads these rows.
+* **Small models where the host binds: vTrain's 1,549 measured runs** (2026-12-06; Bang et al.
+  2024, Megatron-DeepSpeed on A100, `benchmarks/vtrain_import.py`; their own table below the
+  curated one). At micro-batch 1 a layer's forward, recompute and backward took 3.3-3.9 ms
+  whatever the GEMM sizes; the model had 2.1 ms and over-predicted tokens/s by 45% there (29%
+  over all, schema 1 form). Counted from the code, not fitted: materialised-score attention
+  issues 4-5 kernels, the 2021-22 Megatron layer's backward about 3x its forward's ops (separate
+  bias gradients, apex LayerNorm backward, a gradient add per parameter tensor), and a block
+  without sequence parallelism one TP collective: 9.5% in schema 1 form, 12.6% as the schema 2
+  file states them (ZeRO stage unstated). Left: TP 8 (a 5 ms floor at micro-batch 1, +23%) and
+  the compute-bound end (micro-batch 8 at hidden 2,048 predicted 10-16% slow).
 """
 
 

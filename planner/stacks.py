@@ -54,6 +54,7 @@ STACK_TRAINING_FIELDS = (
     "precision",
     "grad_reduce_dtype",
     "execution",
+    "backward_host_ops",
     "recompute_modules",
 )
 
@@ -101,6 +102,7 @@ def training_defaults(
         "precision": stack.precision,
         "grad_reduce_dtype": stack.data_parallel.grad_reduce_dtype,
         "execution": stack.execution.mode,
+        "backward_host_ops": stack.execution.backward_ops,
     }
     if training.recompute == "selective":
         mla_modules = stack.selective_recompute_modules_mla

@@ -58,7 +58,8 @@ MOE_ROUTING_OPS = 24.0
 # Dispatch and combine all-to-all (and their split-size exchange) when EP > 1.
 MOE_EP_OPS = 4.0
 # Backward issues about twice the forward's ops: data and weight gradient per GEMM, and the
-# gradient of every elementwise op.
+# gradient of every elementwise op (the default of Training.backward_host_ops; a stack whose
+# layers issue more sets execution.backward_ops, e.g. stacks/megatron-lm-2021.yaml).
 BACKWARD_OP_FACTOR = 2.0
 
 

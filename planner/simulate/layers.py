@@ -311,7 +311,10 @@ def _host_s(
     """(forward, backward) seconds the GPU waits where issuing the layer's ops takes longer
     than running them."""
     blocks = 1 if layer.mlp.kind == "none" else 2
-    collectives = (2.0 * blocks if layout.tp > 1 else 0.0) + (
+    # per block: the all-reduce after its row-parallel linear, or with sequence parallelism
+    # the all-gather before its column-parallel linear and the reduce-scatter after
+    per_block = 2.0 if layout.sequence_parallel else 1.0
+    collectives = (per_block * blocks if layout.tp > 1 else 0.0) + (
         layout.cp - 1.0 if c.attention and layout.cp > 1 else 0.0
     )
     fp8 = training.precision == "fp8"
@@ -321,7 +324,7 @@ def _host_s(
     )
     if not (c.is_moe and model.moe is not None and model.moe.capacity_factor is None):
         host_f = host.stall_s(fwd, ops_f, dev.host_op_s)
-        host_b = host.stall_s(bwd, host.BACKWARD_OP_FACTOR * ops_f, dev.host_op_s)
+        host_b = host.stall_s(bwd, training.backward_host_ops * ops_f, dev.host_op_s)
         return host_f, host_b
     # dropless: the token counts' device-to-host copy drains the queue once per layer, so the
     # host cannot carry a lead from the GPU-heavy attention into the launch-heavy experts: each
@@ -333,7 +336,7 @@ def _host_s(
     after_f = c.imbalance * c.ex_f + act_f + ep_f
     after_b = c.imbalance * c.ex_b + 2.0 * act_f + ep_b
     ops_x = host.expert_ops(c.lf.gemms, fp8, layout.ep) + c.ew.expert_bias_kernels
-    k = host.BACKWARD_OP_FACTOR
+    k = training.backward_host_ops
     host_f = host.stall_s(fwd - after_f, ops_f - ops_x, dev.host_op_s) + host.stall_s(
         after_f, ops_x, dev.host_op_s
     )

@@ -240,6 +240,14 @@ class Training(_Frozen):
         "host.op_us each), compiled (torch.compile: fused kernels, 0.3 x the host time per op), "
         "cuda_graphs (the step is replayed: no host time)",
     )
+    backward_host_ops: float = Field(
+        default=2.0,
+        ge=1.0,
+        le=4.0,
+        description="host ops the backward issues per forward op of a layer (the stack's "
+        "execution.backward_ops; planner/costs/host.py): binds only where issuing the ops "
+        "takes longer than running them",
+    )
     cross_entropy: CrossEntropy = Field(
         default="fp32_copy",
         description="fp32_copy: the loss upcasts the logits and keeps an fp32 softmax for "

@@ -119,6 +119,16 @@ class StackExecution(Spec):
         "fuses elementwise chains and issues fewer, cheaper launches; cuda_graphs: the step is "
         "replayed, the host never binds"
     )
+    backward_ops: float = Field(
+        default=2.0,
+        ge=1.0,
+        le=4.0,
+        description="host ops the backward pass issues per forward op (Training."
+        "backward_host_ops): 2 where the layer's backward is a data and a weight gradient per "
+        "GEMM and one kernel per elementwise gradient (Transformer Engine: bias gradients in "
+        "the GEMM epilogue, weight gradients accumulated by the GEMM); more where biases, "
+        "LayerNorm parameters and per-parameter gradient accumulation each issue their own",
+    )
 
 
 class StackDataParallel(Spec):

@@ -8,6 +8,7 @@ import planner
 from planner.costs import host
 from planner.costs.flops import Gemm
 from planner.specs.layout import Layout, Training
+from planner.stacks import apply_stack
 
 
 def test_unfused_attention_core_is_four_launches_and_one_more_with_dropout():
@@ -51,3 +52,34 @@ def test_a_host_bound_step_pays_the_unfused_core_launches(tiny_host_bound):
     # forward 1x and backward 2x the four extra launches of every layer, at 500 us each
     extra = model.layers * (1 + host.BACKWARD_OP_FACTOR) * 4.0 * 500e-6
     assert step("unfused") - step("flash2") >= 0.9 * extra
+
+
+def test_the_legacy_megatron_stacks_issue_more_backward_ops_than_transformer_engine():
+    legacy = ("megatron-lm-2021", "megatron-lm-2022", "megatron-deepspeed-2022")
+    te = planner.load_stack("megatron-core").execution.backward_ops
+    assert te == host.BACKWARD_OP_FACTOR
+    for stack_id in legacy:
+        assert planner.load_stack(stack_id).execution.backward_ops > te
+    # the stack's figure reaches the training it runs
+    model = planner.load_model("gpt-tiny")
+    _, tr = apply_stack(
+        planner.load_stack("megatron-lm-2021"),
+        model,
+        Layout(dp=1),
+        Training(seq_len=1024, global_batch=1, micro_batch=1),
+    )
+    assert tr.backward_host_ops == planner.load_stack("megatron-lm-2021").execution.backward_ops
+
+
+def test_a_host_bound_backward_pays_its_extra_ops(tiny_host_bound):
+    model, cluster, profile = tiny_host_bound
+
+    def host_s(factor: float) -> float:
+        tr = Training(seq_len=1024, global_batch=1, micro_batch=1, backward_host_ops=factor)
+        rep = planner.simulate(model, cluster, Layout(dp=1), tr, profile=profile)
+        return rep.time_breakdown_s["host_overhead"]
+
+    two, three = host_s(2.0), host_s(3.0)
+    assert three > two
+    # one more forward's worth of ops per layer, at 500 us each, at least 10 ops per layer
+    assert three - two >= model.layers * 10 * 500e-6 * 0.9
