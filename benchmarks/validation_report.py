@@ -111,8 +111,10 @@ NOTES = """\
   over all, schema 1 form). Counted from the code, not fitted: materialised-score attention
   issues 4-5 kernels, the 2021-22 Megatron layer's backward about 3x its forward's ops (separate
   bias gradients, apex LayerNorm backward, a gradient add per parameter tensor), and a block
-  without sequence parallelism one TP collective: 9.5% in schema 1 form, 12.6% as the schema 2
-  file states them (ZeRO stage unstated). Left: TP 8 (a 5 ms floor at micro-batch 1, +23%) and
+  without sequence parallelism one TP collective; and DeepSpeed's pipeline engine splits each
+  send over the TP group as Megatron does (its multi-node PP 8-32 rows had been 10-20% under):
+  9.6% in schema 1 form, 12.9% as the schema 2 file states them (ZeRO stage unstated). Left:
+  single-node TP 8 (a 5 ms floor at micro-batch 1, +23%), TP 16 across two nodes (+23%) and
   the compute-bound end (micro-batch 8 at hidden 2,048 predicted 10-16% slow).
 """
 
