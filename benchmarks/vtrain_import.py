@@ -98,30 +98,24 @@ def _configs(root: Path, kind: str) -> list[dict]:
     return out
 
 
+# the measured row's columns and the simulation config's keys that identify one run
+KEY = (
+    ("# GPUs", "num_gpus"),
+    ("global batch", "global_batch_size"),
+    ("micro batch", "micro_batch_size"),
+    ("hidden size", "hidden_size"),
+    ("# layers", "num_layers"),
+    ("tensor parallelism", "tensor_parallel_size"),
+    ("data parallelism", "data_parallel_size"),
+    ("pipeline parallelism", "pipeline_parallel_size"),
+)
+
+
 def _match(row: dict, configs: list[dict]) -> dict:
     """The simulation config of a measured row (same GPUs, batch, shape and layout)."""
-    key = (
-        int(row["# GPUs"]),
-        int(row["global batch"]),
-        int(row["micro batch"]),
-        int(row["hidden size"]),
-        int(row["# layers"]),
-        int(row["tensor parallelism"]),
-        int(row["data parallelism"]),
-        int(row["pipeline parallelism"]),
-    )
+    key = tuple(int(row[column]) for column, _ in KEY)
     for c in configs:
-        ck = (
-            c["num_gpus"],
-            c["global_batch_size"],
-            c["micro_batch_size"],
-            c["hidden_size"],
-            c["num_layers"],
-            c["tensor_parallel_size"],
-            c["data_parallel_size"],
-            c["pipeline_parallel_size"],
-        )
-        if ck == key:
+        if tuple(c[name] for _, name in KEY) == key:
             return c
     raise SystemExit(f"no config for row {row}")
 

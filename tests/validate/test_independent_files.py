@@ -1,0 +1,41 @@
+"""The independent check set parses: every file is schema 2, every case builds its inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.validate import read_case_file
+from planner.validate.inputs import case_inputs
+from planner.validate.run import parse_case
+
+DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "independent"
+FILES = sorted(DIR.glob("*.yaml"))
+
+
+def test_the_independent_set_has_its_files():
+    assert {p.name for p in FILES} >= {"torchtitan.yaml", "others.yaml", "vtrain.yaml"}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_independent_case_is_schema_2_and_builds(path: Path):
+    schema, cases = read_case_file(path)
+    assert schema == 2
+    ids = [c["id"] for c in cases]
+    assert len(ids) == len(set(ids)), "case ids are unique within a file"
+    for raw in cases:
+        inputs = case_inputs(parse_case(raw, schema))
+        assert inputs.layout.world_size == raw["num_gpus"]
+        assert raw["measured"]["tokens_per_s_per_gpu"] > 0
+
+
+def test_vtrain_rows_state_what_vtrain_published():
+    """Every vTrain row: full recompute, fp16, the A100 preset, the ZeRO stage unstated."""
+    _, cases = read_case_file(DIR / "vtrain.yaml")
+    assert len(cases) == 1440 + 109
+    for raw in cases:
+        assert raw["training"]["recompute"] == "full"
+        assert raw["training"]["precision"] == "fp16"
+        assert raw["cluster"] == "hgx-a100-80gb-100g"
+        assert raw["unstated"] == ["zero"]
