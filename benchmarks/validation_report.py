@@ -112,10 +112,12 @@ NOTES = """\
   issues 4-5 kernels, the 2021-22 Megatron layer's backward about 3x its forward's ops (separate
   bias gradients, apex LayerNorm backward, a gradient add per parameter tensor), and a block
   without sequence parallelism one TP collective; and DeepSpeed's pipeline engine splits each
-  send over the TP group as Megatron does (its multi-node PP 8-32 rows had been 10-20% under):
-  9.6% in schema 1 form, 12.9% as the schema 2 file states them (ZeRO stage unstated). Left:
-  single-node TP 8 (a 5 ms floor at micro-batch 1, +23%), TP 16 across two nodes (+23%) and
-  the compute-bound end (micro-batch 8 at hidden 2,048 predicted 10-16% slow).
+  send over the TP group as Megatron does (its multi-node PP 8-32 rows had been 10-20% under);
+  and at TP 8 and micro-batch 1 Megatron's fused softmax does not run (two score matrices per
+  GPU, the kernel wants a multiple of 4): 9.1% in schema 1 form, 12.3% as the schema 2 file
+  states them (ZeRO stage unstated). Left: single-node TP 8 (+14%), TP 16 across two nodes
+  (+21%), pipelines at micro-batch 1-2 (+11..+19%) and the compute-bound end (micro-batch 8 at
+  hidden 2,048 predicted 10-16% slow).
 """
 
 

@@ -5,6 +5,7 @@ time = max(FLOPs / (peak x eta_flops(shape)), bytes / (HBM bandwidth x eta_mem))
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.costs.alignment import linear_alignment, unfused_attention_alignment
@@ -200,8 +201,41 @@ def attention_time_s(
     return fwd, bwd
 
 
+# Megatron's fused scale-mask-softmax kernel (megatron/model/fused_softmax.py
+# FusedScaleMaskSoftmax.is_kernel_available, Megatron-LM 2755bcb87b and both Megatron-DeepSpeed
+# forks; Megatron-LM v2.5 capped the keys at 2048): 16-bit input, 16 < keys <= 4096, queries and
+# keys multiples of 4, and the score matrices of a micro-batch on a GPU (micro-batch x heads / TP)
+# a multiple of the kernel's batches per block (4 from 128 keys up). Otherwise the scores take
+# PyTorch's path: upcast to fp32, scale, masked_fill, softmax, downcast (forward_torch_softmax).
+FUSED_SOFTMAX_MAX_KEYS = 4096
+# bytes per score of PyTorch's path with the softmax in fp32 (attention_softmax_in_fp32, on with
+# query-key layer scaling, Megatron's default): forward upcast 2 + 4, scale 4 + 4, masked_fill
+# 4 + 1 + 4, softmax 4 + 4, downcast 4 + 2; backward downcast 2 + 4, softmax 4 + 4 + 4, masked
+# fill 4 + 1 + 4, scale 4 + 4, upcast 4 + 2. The fused kernel: 2 + 2 forward, about twice back.
+TORCH_SOFTMAX_BYTES = (37.0, 41.0)
+TORCH_SOFTMAX_BYTES_FP32 = (25.0, 29.0)  # fp32 training: no casts (the kernel never runs)
+TORCH_SOFTMAX_EXTRA_KERNELS = 4.0  # upcast, scale, masked_fill, downcast (the softmax is counted)
+
+
+def megatron_fused_softmax(micro_batch: float, heads_per_gpu: float, seq_len: float) -> bool:
+    """Whether Megatron's fused scale-mask-softmax kernel runs (see FUSED_SOFTMAX_MAX_KEYS)."""
+    if not 16 < seq_len <= FUSED_SOFTMAX_MAX_KEYS or seq_len % 4:
+        return False
+    pow2 = 1 << math.ceil(math.log2(seq_len))
+    warp = min(pow2, 32)
+    per_block = (128 // warp) * (2 if pow2 <= 128 else 1)
+    return (micro_batch * heads_per_gpu) % per_block == 0
+
+
 def unfused_attention_time_s(
-    tokens: float, seq_len: float, heads: float, d_qk: float, d_v: float, dropout: bool, dev: Device
+    tokens: float,
+    seq_len: float,
+    heads: float,
+    d_qk: float,
+    d_v: float,
+    dropout: bool,
+    dev: Device,
+    fused_softmax: bool = True,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of attention with materialised scores (pre-FlashAttention).
 
@@ -210,7 +244,8 @@ def unfused_attention_time_s(
     :func:`planner.costs.alignment.unfused_attention_alignment`), and memory-bound passes over
     the scores: fused scale-mask-softmax reads and writes 2 B per score, dropout reads 2,
     writes 2 and a 1 B mask (Korthikanti et al. 2022, section 4.1, count 5as^2b bytes of saved
-    scores); backward moves about twice as much.
+    scores); backward moves about twice as much. ``fused_softmax`` False: the softmax takes
+    PyTorch's fp32 path (:data:`TORCH_SOFTMAX_BYTES`, :func:`megatron_fused_softmax`).
     """
     seqs = heads * tokens / seq_len  # independent (sequence, head) score matrices
     a = unfused_attention_alignment(seq_len, d_qk, d_v, dev.act_bytes)
@@ -223,11 +258,17 @@ def unfused_attention_time_s(
         seq_len, d_v, seq_len, dev, False, seqs, a
     )
     scores = seqs * seq_len * seq_len
-    per_score = (4.0 + (5.0 if dropout else 0.0)) * dev.act_bytes / 2.0
-    soft = scores * per_score / dev.hbm_bytes_per_s
+    drop = (5.0 if dropout else 0.0) * dev.act_bytes / 2.0
+    if fused_softmax:
+        soft_f = (4.0 * dev.act_bytes / 2.0 + drop) * scores / dev.hbm_bytes_per_s
+        soft_b = 2.0 * soft_f
+    else:
+        torch_f, torch_b = TORCH_SOFTMAX_BYTES_FP32 if dev.act_bytes >= 4 else TORCH_SOFTMAX_BYTES
+        soft_f = (torch_f + drop) * scores / dev.hbm_bytes_per_s
+        soft_b = (torch_b + 2.0 * drop) * scores / dev.hbm_bytes_per_s
     fix = dev.gemm_fixed_s  # one batched launch per GEMM, not one per matrix
-    fwd = seqs * (qk + pv - 2 * fix) + 2 * fix + soft
-    bwd = seqs * (qk_b + pv_b - 4 * fix) + 4 * fix + 2.0 * soft
+    fwd = seqs * (qk + pv - 2 * fix) + 2 * fix + soft_f
+    bwd = seqs * (qk_b + pv_b - 4 * fix) + 4 * fix + soft_b
     return fwd, bwd
 
 

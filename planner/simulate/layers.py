@@ -130,6 +130,14 @@ class _Compute:
     ew: elementwise.ElementwiseWork
 
 
+def _fused_softmax(model: ModelSpec, layout: Layout, training: Training) -> bool:
+    """Whether materialised-score attention runs Megatron's fused softmax kernel (16-bit
+    scores of a kernel-friendly shape, :func:`compute.megatron_fused_softmax`)."""
+    return training.precision != "fp32" and compute.megatron_fused_softmax(
+        training.micro_batch, model.heads / layout.tp, training.seq_len
+    )
+
+
 def _compute(
     model: ModelSpec, layout: Layout, training: Training, layer: LayerSpec, dev: compute.Device
 ) -> _Compute:
@@ -160,7 +168,14 @@ def _compute(
         else:
             d_qk = d_v = model.d_head
         a_f, a_b = compute.unfused_attention_time_s(
-            tokens, training.seq_len, model.heads / layout.tp, d_qk, d_v, training.dropout, dev
+            tokens,
+            training.seq_len,
+            model.heads / layout.tp,
+            d_qk,
+            d_v,
+            training.dropout,
+            dev,
+            _fused_softmax(model, layout, training),
         )
     else:
         a_f, a_b = compute.attention_time_s(
@@ -319,6 +334,9 @@ def _host_s(
     )
     fp8 = training.precision == "fp8"
     core = host.core_kernels(training.attention_kernel, c.attention, training.dropout)
+    unfused = c.attention and training.attention_kernel == "unfused"
+    if unfused and not _fused_softmax(model, layout, training):
+        core += compute.TORCH_SOFTMAX_EXTRA_KERNELS  # PyTorch's fp32 softmax path
     ops_f = host.forward_ops(
         c.lf.gemms, c.ew.fwd_kernels, fp8, collectives, c.is_moe, layout.ep, core
     )

@@ -83,3 +83,35 @@ def test_a_host_bound_backward_pays_its_extra_ops(tiny_host_bound):
     assert three > two
     # one more forward's worth of ops per layer, at 500 us each, at least 10 ops per layer
     assert three - two >= model.layers * 10 * 500e-6 * 0.9
+
+
+def test_megatron_fused_softmax_runs_only_on_kernel_friendly_shapes():
+    from planner.costs.compute import megatron_fused_softmax
+
+    # score matrices per micro-batch on a GPU (micro-batch x heads / TP) a multiple of 4
+    assert megatron_fused_softmax(1, 4, 1024)
+    assert not megatron_fused_softmax(1, 2, 1024)  # 16 heads on TP 8, micro-batch 1
+    assert megatron_fused_softmax(2, 2, 1024)
+    # keys between 17 and 4096, a multiple of 4
+    assert not megatron_fused_softmax(1, 16, 8192)
+    assert not megatron_fused_softmax(1, 16, 16)
+    assert not megatron_fused_softmax(1, 16, 1022)
+    # 128 keys or fewer: two batches per warp, eight per block
+    assert not megatron_fused_softmax(1, 4, 64)
+    assert megatron_fused_softmax(2, 4, 64)
+
+
+def test_pytorch_softmax_path_moves_more_bytes_than_the_fused_kernel():
+    from planner.costs import compute
+
+    cluster = planner.load_cluster("dgx-a100-80gb")
+    dev = compute.make_device(
+        cluster.accelerator, planner.default_profile(cluster), "fp16", "unfused"
+    )
+    args = (2048.0, 1024.0, 2.0, 64.0, 64.0, True, dev)
+    f_fused, b_fused = compute.unfused_attention_time_s(*args, fused_softmax=True)
+    f_torch, b_torch = compute.unfused_attention_time_s(*args, fused_softmax=False)
+    assert f_torch > f_fused and b_torch > b_fused
+    scores = 2.0 * 2048.0 * 1024.0  # heads x tokens x keys
+    extra = (compute.TORCH_SOFTMAX_BYTES[0] - 4.0) * scores / dev.hbm_bytes_per_s
+    assert f_torch - f_fused == pytest.approx(extra, rel=1e-9)
