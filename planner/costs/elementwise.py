@@ -210,8 +210,12 @@ def logits_loss_bytes(
     """HBM bytes of the softmax + cross-entropy over the TP-split vocabulary (``vocab`` rows,
     the stack's padded vocabulary; None: ``model.vocab``), forward and backward together.
 
-    ``fp32_copy``: forward reads the logits, writes an fp32 copy and its fp32 softmax; backward
-    reads them again and writes the gradient (2 x (act + 8) B per logit). ``in_place`` (online
+    ``fp32_copy`` (Megatron's vocab-parallel cross entropy on an fp32 copy: Megatron-LM v2.5
+    ``mpu/cross_entropy.py`` after ``output.float()``, Megatron-Core
+    ``tensor_parallel/cross_entropy.py`` ``calculate_logits_max`` ``.float()``): forward upcasts
+    (act + 4), reads for the row max (4), subtracts it in place (8), exponentiates in place (8),
+    reads for the row sum (4) and divides in place into the saved softmax (8); backward scales
+    the softmax in place (8) and casts the gradient back (4 + act): 2 x act + 48 B per logit. ``in_place`` (online
     softmax): forward reads the logits once, backward reads them and writes the gradient over
     them (3 x act B per logit). ``fp32_log_softmax`` (PyTorch F.cross_entropy on an fp32 copy):
     forward reads the logits, writes and reads the copy, writes the log-softmax (act + 12 B);
@@ -229,7 +233,7 @@ def logits_loss_bytes(
         "fp32_log_softmax": 2.0 * act_bytes + 36.0,
         "loss_parallel": 2.0 * act_bytes + 72.0,
         "compiled": 4.0 * act_bytes,
-    }.get(loss_kernel(cross_entropy, layout.tp), 2.0 * (act_bytes + 8))
+    }.get(loss_kernel(cross_entropy, layout.tp), 2.0 * act_bytes + 48.0)
     rows = model.vocab if vocab is None else vocab
     return tokens * rows / layout.tp * per_logit
 
