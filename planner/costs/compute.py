@@ -214,7 +214,6 @@ FUSED_SOFTMAX_MAX_KEYS = 4096
 # fill 4 + 1 + 4, scale 4 + 4, upcast 4 + 2. The fused kernel: 2 + 2 forward, about twice back.
 TORCH_SOFTMAX_BYTES = (37.0, 41.0)
 TORCH_SOFTMAX_BYTES_FP32 = (25.0, 29.0)  # fp32 training: no casts (the kernel never runs)
-TORCH_SOFTMAX_EXTRA_KERNELS = 4.0  # upcast, scale, masked_fill, downcast (the softmax is counted)
 
 
 def megatron_fused_softmax(micro_batch: float, heads_per_gpu: float, seq_len: float) -> bool:

@@ -70,12 +70,19 @@ BACKWARD_OP_FACTOR = 2.0
 # permute(...).contiguous() copy; with attention dropout one more (F.dropout). A fused kernel
 # (FlashAttention, cuDNN) is one launch.
 UNFUSED_ATTENTION_KERNELS = 4.0
+# When Megatron's fused softmax kernel cannot run (planner.costs.compute.megatron_fused_softmax),
+# PyTorch's path adds the upcast, the scale, the masked_fill and the downcast around the softmax
+TORCH_SOFTMAX_EXTRA_KERNELS = 4.0
 
 
-def core_kernels(attention_kernel: str, softmax_attention: bool, dropout: bool) -> float:
-    """Kernel launches of a layer's token-mixer core in the forward pass."""
+def core_kernels(
+    attention_kernel: str, softmax_attention: bool, dropout: bool, fused_softmax: bool = True
+) -> float:
+    """Kernel launches of a layer's token-mixer core in the forward pass (``fused_softmax``
+    False: materialised scores through PyTorch's fp32 softmax path)."""
     if softmax_attention and attention_kernel == "unfused":
-        return UNFUSED_ATTENTION_KERNELS + (1.0 if dropout else 0.0)
+        torch_path = 0.0 if fused_softmax else TORCH_SOFTMAX_EXTRA_KERNELS
+        return UNFUSED_ATTENTION_KERNELS + (1.0 if dropout else 0.0) + torch_path
     return 1.0
 
 

@@ -333,10 +333,12 @@ def _host_s(
         layout.cp - 1.0 if c.attention and layout.cp > 1 else 0.0
     )
     fp8 = training.precision == "fp8"
-    core = host.core_kernels(training.attention_kernel, c.attention, training.dropout)
-    unfused = c.attention and training.attention_kernel == "unfused"
-    if unfused and not _fused_softmax(model, layout, training):
-        core += compute.TORCH_SOFTMAX_EXTRA_KERNELS  # PyTorch's fp32 softmax path
+    core = host.core_kernels(
+        training.attention_kernel,
+        c.attention,
+        training.dropout,
+        _fused_softmax(model, layout, training),
+    )
     ops_f = host.forward_ops(
         c.lf.gemms, c.ew.fwd_kernels, fp8, collectives, c.is_moe, layout.ep, core
     )

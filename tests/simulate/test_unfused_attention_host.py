@@ -115,3 +115,11 @@ def test_pytorch_softmax_path_moves_more_bytes_than_the_fused_kernel():
     scores = 2.0 * 2048.0 * 1024.0  # heads x tokens x keys
     extra = (compute.TORCH_SOFTMAX_BYTES[0] - 4.0) * scores / dev.hbm_bytes_per_s
     assert f_torch - f_fused == pytest.approx(extra, rel=1e-9)
+
+
+def test_pytorch_softmax_path_adds_four_launches_to_the_core():
+    fused = host.core_kernels("unfused", True, True, fused_softmax=True)
+    torch_path = host.core_kernels("unfused", True, True, fused_softmax=False)
+    assert torch_path - fused == host.TORCH_SOFTMAX_EXTRA_KERNELS == 4.0
+    # a fused attention kernel has no softmax of its own to fall back from
+    assert host.core_kernels("flash2", True, True, fused_softmax=False) == 1.0
