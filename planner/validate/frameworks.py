@@ -107,24 +107,52 @@ BY_PRECISION: dict[tuple[str, str], str] = {
 _VERSION = re.compile(r"^[vr]?\d+(\.\d+)*([a-z]+\d*)?$")
 
 
-def normalise(framework: str) -> str:
-    """The table key of a published framework name: lower case, spaces and underscores as
-    "-", and, when that is not a key, without what is in parentheses and without version
-    tokens ("NeMo 2.0", "Megatron-LM (v2.5)" and "DeepSpeed v0.9.2" are nemo, megatron-lm and
-    deepspeed)."""
-    words = framework.lower().replace("_", " ").split()
-    key = "-".join(words)
-    if key in FRAMEWORK_STACKS:
-        return key
-    bare = re.sub(r"\([^)]*\)", " ", " ".join(words)).split()
-    kept = [w for w in bare if not _VERSION.match(w)]
+# vendor names a framework is published under ("NVIDIA Megatron-LM", "MosaicML Composer")
+_VENDORS = frozenset(
+    {"nvidia", "microsoft", "mosaicml", "mosaic", "meta", "eleutherai", "bigscience", "hf"}
+)
+# the table's keys spelled without hyphens ("MegatronLM", "MegatronBridge")
+_UNHYPHENATED = {k.replace("-", ""): k for k in FRAMEWORK_STACKS}
+
+
+def _table_key(words: list[str]) -> str | None:
+    """The table key these words name: as they are, without version tokens, without a leading
+    vendor word, or spelled without hyphens; None when none of them is in the table."""
+    kept = [w for w in words if not _VERSION.match(w)]
     stripped = "-".join(kept)
     while stripped and stripped not in FRAMEWORK_STACKS:  # "megatron-lm-v2.5", "nemo-2.0"
         head, _, tail = stripped.rpartition("-")
         if not head or not _VERSION.match(tail):
             break
         stripped = head
-    return stripped if stripped in FRAMEWORK_STACKS else key
+    for key in ("-".join(words), stripped):
+        if key in FRAMEWORK_STACKS:
+            return key
+    if len(kept) > 1 and kept[0] in _VENDORS:
+        vendorless = _table_key(kept[1:])
+        if vendorless is not None:
+            return vendorless
+    return _UNHYPHENATED.get(stripped.replace("-", ""))
+
+
+def normalise(framework: str) -> str:
+    """The table key of a published framework name: lower case, spaces and underscores as
+    "-", and, when that is not a key, without what is in parentheses, without version tokens,
+    without a leading vendor word, spelled without hyphens, or the first part of a compound
+    name that is one ("NeMo 2.0", "Megatron-LM (v2.5)", "DeepSpeed v0.9.2", "NVIDIA
+    Megatron-LM", "MegatronLM" and "HF Transformers + DeepSpeed" are nemo, megatron-lm,
+    deepspeed, megatron-lm, megatron-lm and deepspeed). A name none of these maps is returned
+    as its lower-case hyphenated self (not a key: costed under the default stack)."""
+    words = framework.lower().replace("_", " ").split()
+    key = "-".join(words)
+    if key in FRAMEWORK_STACKS:
+        return key
+    bare = re.sub(r"\([^)]*\)", " ", " ".join(words))
+    found = _table_key(bare.split())
+    if found is None:  # "llm-foundry/Composer", "HF Transformers + DeepSpeed"
+        parts = (p.split() for p in re.split(r"[/+,&]|\band\b|\bwith\b|\bon\b", bare))
+        found = next((k for k in map(_table_key, parts) if k is not None), None)
+    return found or key
 
 
 def _runs(stack_id: str, zero: int | None, sequence_parallel: bool, recompute: str | None) -> bool:

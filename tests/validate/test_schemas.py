@@ -157,6 +157,26 @@ def test_a_published_version_after_the_name_is_not_part_of_it():
     assert stack_for_framework("NeMo 2.0", a100, "bf16") == ("nemo", None)
 
 
+def test_vendor_words_unhyphenated_spellings_and_compound_names_find_their_key():
+    for name, key in [
+        ("NVIDIA Megatron-LM", "megatron-lm"),
+        ("Microsoft DeepSpeed v0.9.2", "deepspeed"),
+        ("MegatronLM", "megatron-lm"),
+        ("MegatronBridge", "megatron-bridge"),
+        ("MosaicML Composer", "composer"),
+        ("llm-foundry/Composer", "llm-foundry"),
+        ("HF Transformers + DeepSpeed", "deepspeed"),
+        ("NeMo on DGX Cloud", "nemo"),
+        ("NVIDIA", "nvidia"),  # a vendor alone names no framework
+        ("Colossal-AI", "colossal-ai"),  # not in the table: left as it is
+    ]:
+        assert normalise(name) == key, name
+    a100 = planner.load_cluster("dgx-a100-80gb")
+    assert stack_for_framework("NVIDIA Megatron-LM", a100, "fp16") == ("megatron-lm-2021", None)
+    # pathological names stay cheap: one pass per word
+    assert normalise(" + ".join(["nvidia"] * 300)) == "-".join(["nvidia", "+"] * 299 + ["nvidia"])
+
+
 def test_unknown_framework_is_costed_and_said_or_strictly_an_error():
     raw = _v1(framework="homegrown")
     row = run_case(raw, planner.default_profile)
