@@ -6,7 +6,8 @@ Reads every schema 2 file under ``benchmarks/independent/`` (torchtitan FSDP2 ea
 Float8 / async TP, DeepSpeed ZeRO, Megatron-DeepSpeed, llm-foundry, Megatron-Core, NeMo and
 Megatron-Bridge runs that are not in ``public.yaml``; sources in each case) and prints, per
 stack and over all curated runs (and, apart, per group of the bulk files such as vTrain's
-1,549 measured iterations, ``benchmarks/vtrain_import.py``): tokens/s/GPU MAPE, median, p90, the runs predicted out of memory,
+1,549 measured iterations, ``benchmarks/vtrain_import.py``): tokens/s/GPU MAPE, median, p90,
+the runs predicted out of memory,
 the memory MAPE against the measured peak of the kind the source published (allocated or
 reserved), the share of runs with unstated knobs whose measurement falls in the predicted
 range, and the share of scored runs inside the planner's error band (planner/uncertainty.py).

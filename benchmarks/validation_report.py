@@ -115,9 +115,9 @@ NOTES = """\
   send over the TP group as Megatron does (its multi-node PP 8-32 rows had been 10-20% under);
   and at TP 8 and micro-batch 1 Megatron's fused softmax does not run (two score matrices per
   GPU, the kernel wants a multiple of 4); and Megatron's fp32 loss moves 52 B per logit, not
-  20: 7.9% in schema 1 form, 10.5% as the schema 2 file states them (ZeRO stage unstated). Left: single-node TP 8 (+14%), TP 16 across two nodes
-  (+21%), pipelines at micro-batch 1-2 (+11..+19%) and the compute-bound end (micro-batch 8 at
-  hidden 2,048 predicted 10-16% slow).
+  20: 7.9% in schema 1 form, 10.5% as the schema 2 file states them (ZeRO stage unstated).
+  Left: single-node TP 8 (+12%), TP 16 across two nodes (+21%), pipelines at micro-batch 1-2
+  (+10..+18%) and the compute-bound end (micro-batch 8 at hidden 2,048 predicted 8-17% slow).
 """
 
 

@@ -139,7 +139,8 @@ def main() -> None:
     body = {"schema": 2, "cases": cases(a.vtrain)}
     head = (
         "# Independent check: vTrain's measured iteration times (Megatron-DeepSpeed, A100),\n"
-        f"# written by benchmarks/vtrain_import.py from VIA-Research/vTrain {COMMIT}. No fit reads it.\n"
+        "# written by benchmarks/vtrain_import.py from VIA-Research/vTrain "
+        f"{COMMIT}. No fit reads it.\n"
     )
     a.out.write_text(head + yaml.safe_dump(body, sort_keys=False, width=100))
     print(f"{len(body['cases'])} cases -> {a.out}")

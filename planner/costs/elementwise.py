@@ -215,9 +215,9 @@ def logits_loss_bytes(
     ``tensor_parallel/cross_entropy.py`` ``calculate_logits_max`` ``.float()``): forward upcasts
     (act + 4), reads for the row max (4), subtracts it in place (8), exponentiates in place (8),
     reads for the row sum (4) and divides in place into the saved softmax (8); backward scales
-    the softmax in place (8) and casts the gradient back (4 + act): 2 x act + 48 B per logit. ``in_place`` (online
-    softmax): forward reads the logits once, backward reads them and writes the gradient over
-    them (3 x act B per logit). ``fp32_log_softmax`` (PyTorch F.cross_entropy on an fp32 copy):
+    the softmax in place (8) and casts the gradient back (4 + act): 2 x act + 48 B per logit.
+    ``in_place`` (online softmax): forward reads the logits once, backward reads them and
+    writes the gradient over them (3 x act B per logit). ``fp32_log_softmax`` (PyTorch F.cross_entropy on an fp32 copy):
     forward reads the logits, writes and reads the copy, writes the log-softmax (act + 12 B);
     backward writes the dense NLL gradient, reads it with the log-softmax, writes the input
     gradient, reads it and writes it at the logits' precision (act + 24 B). ``compiled``

@@ -128,6 +128,7 @@ class _Compute:
     attention: bool
     lf: flops.LayerFlops
     ew: elementwise.ElementwiseWork
+    core_launches: float  # the token-mixer core's forward kernel launches (host.core_kernels)
 
 
 def _fused_softmax(model: ModelSpec, layout: Layout, training: Training) -> bool:
@@ -159,6 +160,7 @@ def _compute(
     g_f += (imbalance - 1.0) * ex_f
     g_b += (imbalance - 1.0) * ex_b
     attention = mixer_costs(layer.mixer).softmax_attention
+    fused_softmax = _fused_softmax(model, layout, training)
     if not attention:
         a_f, a_b = compute.attention_time_s(lf.attention_fwd_flops, training.seq_len, dev, 2.0)
     elif training.attention_kernel == "unfused":
@@ -175,7 +177,7 @@ def _compute(
             d_v,
             training.dropout,
             dev,
-            _fused_softmax(model, layout, training),
+            fused_softmax,
         )
     else:
         a_f, a_b = compute.attention_time_s(
@@ -194,7 +196,10 @@ def _compute(
         not training.fp8_param_gather,
     )
     e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
-    return _Compute(g_f, g_b, a_f, a_b, e_f, e_b, ex_f, ex_b, imbalance, is_moe, attention, lf, ew)
+    core = host.core_kernels(training.attention_kernel, attention, training.dropout, fused_softmax)
+    return _Compute(
+        g_f, g_b, a_f, a_b, e_f, e_b, ex_f, ex_b, imbalance, is_moe, attention, lf, ew, core
+    )
 
 
 # the GEMMs whose input gradient the backward TP collective of a block carries: the
@@ -333,14 +338,8 @@ def _host_s(
         layout.cp - 1.0 if c.attention and layout.cp > 1 else 0.0
     )
     fp8 = training.precision == "fp8"
-    core = host.core_kernels(
-        training.attention_kernel,
-        c.attention,
-        training.dropout,
-        _fused_softmax(model, layout, training),
-    )
     ops_f = host.forward_ops(
-        c.lf.gemms, c.ew.fwd_kernels, fp8, collectives, c.is_moe, layout.ep, core
+        c.lf.gemms, c.ew.fwd_kernels, fp8, collectives, c.is_moe, layout.ep, c.core_launches
     )
     if not (c.is_moe and model.moe is not None and model.moe.capacity_factor is None):
         host_f = host.stall_s(fwd, ops_f, dev.host_op_s)
