@@ -89,7 +89,7 @@ EXTRA_DONORS: dict[str, list[Any]] = {
     "recompute": ["none", "selective", "full"],
     "recompute_modules": [["core_attn"], ["mla_up_proj", "moe_act"], ["moe", "shared_experts"], []],
     "precision": ["bf16", "fp16", "fp8", "fp32"],
-    "attention_kernel": ["fused", "cudnn", "flash2", "unfused"],
+    "attention_kernel": ["fused", "cudnn", "flash2", "flash_triton", "unfused"],
     "cross_entropy": ["fp32_copy", "in_place"],
     "grad_reduce_dtype": ["fp32", "bf16"],
     "offload_layers": [1, 4, 31, 79],

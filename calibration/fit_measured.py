@@ -306,7 +306,7 @@ def fit_profile(
     attn, a_err = fit_attention_backends(suite, attn_peak, base)
     mem, m_err = fit_memory(suite, ref_bw)
     colls, c_err = fit_collectives(suite)
-    return CalibrationProfile(
+    profile = CalibrationProfile(
         id=profile_id,
         accelerator=accelerator_id or meta.device_name,
         method=f"measured by planner calibrate ({'quick' if meta.quick else 'full'} suite) on "
@@ -322,3 +322,11 @@ def fit_profile(
         sources=[f"measured: {meta.command} on {meta.hostname}, {meta.date}"],
         raw=suite.model_dump(exclude={"metadata"}),
     )
+    if base is not None and base.attention_flash_triton is not None:
+        # the Triton FlashAttention is not measured: the shipped profile's fitted slowdown
+        # over its FlashAttention-2 curve, applied to the measured one
+        ref = base.attention_flash2 or base.attention
+        profile = profile.with_triton_attention_slowdown(
+            ref.eta_max_fwd / base.attention_flash_triton.eta_max_fwd
+        )
+    return profile

@@ -307,7 +307,7 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
         sources=list(SOURCES) + (list(FAMILY_SOURCES[fam]) if fam in FAMILY_SOURCES else []),
         raw={"mamf": mamf} | {"measured_family": fam},
     )
-    return profile.model_dump()
+    return profile.with_triton_attention_slowdown(glob["attention_triton_slowdown"]).model_dump()
 
 
 GLOBAL_PARAMS = Path(__file__).resolve().parent / "global_params.json"
@@ -329,8 +329,14 @@ def global_params() -> dict:
             "sustained_fraction": data["sustained_fraction"],
             "overlap_contention": data["overlap_contention"],
             "host_op_us": data.get("host_op_us", 0.0),
+            "attention_triton_slowdown": data.get("attention_triton_slowdown", 1.0),
         }
-    return {"sustained_fraction": 1.0, "overlap_contention": 0.0, "host_op_us": 0.0}
+    return {
+        "sustained_fraction": 1.0,
+        "overlap_contention": 0.0,
+        "host_op_us": 0.0,
+        "attention_triton_slowdown": 1.0,
+    }
 
 
 def main() -> None:

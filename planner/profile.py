@@ -202,6 +202,12 @@ class CalibrationProfile(_Frozen):
         description="cuDNN fused attention (Transformer Engine's kernel) where it was measured "
         "apart from FlashAttention-3; None: as fused",
     )
+    attention_flash_triton: AttentionEfficiency | None = Field(
+        default=None,
+        description="flash-attn's Triton FlashAttention (flash_attn_triton.py, the kernel of "
+        "llm-foundry's attn_impl: triton): the FlashAttention-2 curve slowed by the fitted "
+        "global triton_attention_slowdown (calibration/fit_global.py); None: as FlashAttention-2",
+    )
     memory: MemoryEfficiency
     comm: CommEfficiency
     host: HostOverhead = Field(default_factory=HostOverhead)
@@ -219,6 +225,18 @@ class CalibrationProfile(_Frozen):
         """This profile with another host cost per framework op (0: the host never binds,
         as with CUDA graphs or a compiled step)."""
         return self.model_copy(update={"host": HostOverhead(op_us=op_us)})
+
+    def with_triton_attention_slowdown(self, slowdown: float) -> CalibrationProfile:
+        """This profile with the Triton FlashAttention curve at its FlashAttention-2 curve
+        (the fused one where it has none) slowed ``slowdown`` times (>= 1, both passes)."""
+        base = self.attention_flash2 or self.attention
+        curve = base.model_copy(
+            update={
+                "eta_max_fwd": round(base.eta_max_fwd / slowdown, 4),
+                "eta_max_bwd": round(base.eta_max_bwd / slowdown, 4),
+            }
+        )
+        return self.model_copy(update={"attention_flash_triton": curve})
 
     def gemm_eta_max(self, precision: str) -> float:
         """Large-GEMM efficiency for a precision; fp16 uses bf16, missing fp8 falls back."""

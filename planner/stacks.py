@@ -63,6 +63,7 @@ ATTENTION_KERNEL: dict[AttentionImpl, str] = {
     "cudnn_fused": "cudnn",
     "flash3": "fused",
     "flash2": "flash2",
+    "flash_triton": "flash_triton",
     "sdpa_flash": "flash2",  # SDPA's flash backend runs FlashAttention-2 kernels
     "sdpa_mem_efficient": "flash2",  # tiled, scores never materialised: the flash2 curve
     "math": "unfused",

@@ -56,17 +56,29 @@ ATTN_DIM_HALF = {
     "fused": (55.0, 29.0),
     "cudnn": (82.0, 30.0),
     "flash2": (0.0, 18.0),
+    "flash_triton": (0.0, 18.0),  # no figure of its own: FlashAttention-2's
     "unfused": (0.0, 0.0),
 }
 ATTN_REF_HEAD_DIM = 128.0
 # d = 256 over d = 128: FA3 fwd (no causal) measures ~1.2x (756 vs 648); cuDNN does not gain
-ATTN_DIM_FACTOR_MAX = {"fused": 1.2, "cudnn": 1.0, "flash2": 1.2, "unfused": 1.2}
+ATTN_DIM_FACTOR_MAX = {
+    "fused": 1.2,
+    "cudnn": 1.0,
+    "flash2": 1.2,
+    "flash_triton": 1.2,
+    "unfused": 1.2,
+}
 
 
 def attention_efficiency(profile: CalibrationProfile, attention_kernel: str) -> AttentionEfficiency:
-    """The profile's curve for a kernel: FlashAttention-2 and cuDNN where the profile has
-    them apart, else its fused (best-kernel) curve."""
-    own = {"flash2": profile.attention_flash2, "cudnn": profile.attention_cudnn}
+    """The profile's curve for a kernel: FlashAttention-2, cuDNN and the Triton
+    FlashAttention where the profile has them apart, else its fused (best-kernel) curve (the
+    Triton kernel falls back to FlashAttention-2's first)."""
+    own = {
+        "flash2": profile.attention_flash2,
+        "cudnn": profile.attention_cudnn,
+        "flash_triton": profile.attention_flash_triton or profile.attention_flash2,
+    }
     return own.get(attention_kernel) or profile.attention
 
 

@@ -20,6 +20,7 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
         "fused": "fused (flash) attention",
         "cudnn": "cuDNN fused attention",
         "flash2": "FlashAttention-2",
+        "flash_triton": "Triton FlashAttention (flash-attn flash_attn_triton)",
         "unfused": "unfused attention (materialised scores)",
     }[training.attention_kernel]
     notes = [

@@ -24,7 +24,7 @@ Recompute = Literal["none", "selective", "full"]
 TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
 # pipeline schedules: planner/schedules/ (one object each; docs/model.md, Pipeline)
 Schedule = Literal["1f1b", "interleaved", "zb-h1", "zb-h2", "interleaved-zb", "zbv", "dualpipev"]
-AttentionKernel = Literal["fused", "cudnn", "flash2", "unfused"]
+AttentionKernel = Literal["fused", "cudnn", "flash2", "flash_triton", "unfused"]
 GradDtype = Literal["fp32", "bf16"]
 # How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
 CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax", "compiled"]
@@ -211,8 +211,9 @@ class Training(_Frozen):
         default="cudnn",
         description="fused: the accelerator's best fused kernel (FlashAttention-3 on Hopper); "
         "cudnn: cuDNN fused attention (Transformer Engine; as fused where the profile has no "
-        "cuDNN figures); flash2: FlashAttention-2; unfused: materialised scores + softmax "
-        "kernels",
+        "cuDNN figures); flash2: FlashAttention-2; flash_triton: flash-attn's Triton "
+        "FlashAttention (slower than FlashAttention-2, the profile's own curve); unfused: "
+        "materialised scores + softmax kernels",
     )
     dropout: bool = Field(default=False, description="hidden and attention dropout (GPT-3 era)")
     grad_reduce_dtype: GradDtype = Field(

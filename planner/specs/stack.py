@@ -46,6 +46,7 @@ AttentionImpl = Literal[
     "cudnn_fused",  # Transformer Engine's cuDNN fused attention (cuDNN figures where measured)
     "flash3",  # FlashAttention-3 (Shah et al. 2024)
     "flash2",  # FlashAttention-2 (Dao 2023)
+    "flash_triton",  # flash-attn's Triton FlashAttention (flash_attn_triton.py, 2022-23)
     "sdpa_flash",  # torch.nn.functional.scaled_dot_product_attention, flash backend (FA2 kernels)
     "sdpa_mem_efficient",  # SDPA memory-efficient backend (xFormers kernels)
     "math",  # SDPA math backend: scores materialised

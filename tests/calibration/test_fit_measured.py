@@ -224,6 +224,18 @@ def test_gpu_attention_backends_fill_their_own_curves(gpu_profile):
     assert gpu_profile.metadata["fit"]["attention_backends_measured"] == ["cudnn", "flash"]
 
 
+def test_gpu_triton_attention_keeps_the_fitted_slowdown(gpu_profile):
+    """The Triton FlashAttention is not measured: the shipped profile's fitted slowdown over its
+    FlashAttention-2 curve is applied to the measured FlashAttention-2 curve."""
+    base = planner.load_profile(H200)
+    slowdown = base.attention_flash2.eta_max_fwd / base.attention_flash_triton.eta_max_fwd
+    assert slowdown > 1
+    measured = (
+        gpu_profile.attention_flash2.eta_max_fwd / gpu_profile.attention_flash_triton.eta_max_fwd
+    )
+    assert measured == pytest.approx(slowdown, rel=2e-3)
+
+
 def test_gpu_adamw_eta_is_in_the_simulators_pass_count(gpu_profile):
     """The suite times foreach AdamW against 28 B per parameter; the simulator costs that
     kernel's passes (80 B without the clipping read), so eta is scaled by 80/28 and a measured

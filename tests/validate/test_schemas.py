@@ -80,7 +80,8 @@ def test_framework_table_maps_names_to_shipped_stacks():
     assert stack_for_framework("NeMo Megatron", a100, "bf16") == ("nemo", None)
     assert stack_for_framework("torchtitan", h100, "fp8")[0] == "torchtitan-compiled-float8"
     assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-compiled"
-    assert stack_for_framework("llm-foundry", h100, None)[0] == "llm-foundry"
+    # the published MPT tables' llm-foundry (Triton FlashAttention), not today's
+    assert stack_for_framework("llm-foundry", h100, None)[0] == "llm-foundry-2023"
     assert normalise(" NeMo_Framework ") == "nemo-framework"
     stack, note = stack_for_framework("my-own-trainer", h100, None)
     assert stack == DEFAULT_STACK and "my-own-trainer" in note and "torchtitan" in note
@@ -321,7 +322,7 @@ FRAMEWORK_OF = {
     "megatron-deepspeed-2022": "megatron-deepspeed",  # on an A100 (frameworks.BY_GENERATION)
     "nemo": "nemo",
     "megatron-bridge": "megatron-bridge",
-    "llm-foundry": "llm-foundry",
+    "llm-foundry-2023": "llm-foundry",
 }
 
 
