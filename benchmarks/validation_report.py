@@ -91,9 +91,9 @@ NOTES = """\
   benchmark tables ran `attn_impl: triton` (flash-attn's `flash_attn_triton.py`), and their
   rows' errors grew with the attention's share of the step (+20..+33% at 16k-65k tokens, about
   0% at 2k, on A100 and H100). Stack `llm-foundry-2023` costs that kernel (`flash_triton`: the
-  FlashAttention-2 curve slowed by a fourth global, fitted 1.30 on the public MPT rows; its
-  published prior 2.0 where no case informs it): public llm-foundry 6.3 -> 4.7%, the curated
-  MPT rows 13.9 -> 5.7%; refitted, the sustained fractions rose (the MPT rows had held them
+  FlashAttention-2 curve slowed by a fourth global, fitted 1.28 on the public MPT rows; its
+  published prior 2.0 where no case informs it): public llm-foundry 6.3 -> 5.0%, the curated
+  MPT rows 13.9 -> 6.0%; refitted, the sustained fractions rose (the MPT rows had held them
   down) and the other stacks' curated rows moved 0.5-2 points up (docs/stacks.md).
 * **The independent set leans one way** (2026-12-04): on its 108 scored dense rows the MAPE is
   12.5% (p90 25.8%) but the signed mean is +10.1%: almost every miss is an over-prediction,
@@ -122,7 +122,7 @@ NOTES = """\
   and at TP 8 and micro-batch 1 Megatron's fused softmax does not run (two score matrices per
   GPU, the kernel wants a multiple of 4); and Megatron's fp32 loss moves 52 B per logit, not
   20: 7.9% in schema 1 form, 10.5% as the schema 2 file states them (ZeRO stage unstated);
-  8.6% and 11.8% since the globals were refitted with llm-foundry's Triton kernel (below).
+  8.6% and 12.0% since the globals were refitted with llm-foundry's Triton kernel (below).
   Left: single-node TP 8 (+12%), TP 16 across two nodes (+21%), pipelines at micro-batch 1-2
   (+10..+18%) and the compute-bound end (micro-batch 8 at hidden 2,048 predicted 8-17% slow).
 """

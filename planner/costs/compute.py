@@ -255,8 +255,12 @@ def unfused_attention_time_s(
     :func:`planner.costs.alignment.unfused_attention_alignment`), and memory-bound passes over
     the scores: fused scale-mask-softmax reads and writes 2 B per score, dropout reads 2,
     writes 2 and a 1 B mask (Korthikanti et al. 2022, section 4.1, count 5as^2b bytes of saved
-    scores); backward moves about twice as much. ``fused_softmax`` False: the softmax takes
-    PyTorch's fp32 path (:data:`TORCH_SOFTMAX_BYTES`, :func:`megatron_fused_softmax`).
+    scores). Backward, counted per kernel: the fused softmax's backward reads its output and the
+    incoming gradient and writes the gradient (3 x 2 B; Megatron's
+    ``scaled_upper_triang_masked_softmax_warp_backward``), dropout's backward reads the gradient
+    and the mask and writes the gradient (2 + 1 + 2 B; ``native_dropout_backward``).
+    ``fused_softmax`` False: the softmax takes PyTorch's fp32 path (:data:`TORCH_SOFTMAX_BYTES`,
+    :func:`megatron_fused_softmax`).
     """
     seqs = heads * tokens / seq_len  # independent (sequence, head) score matrices
     a = unfused_attention_alignment(seq_len, d_qk, d_v, dev.act_bytes)
@@ -269,14 +273,15 @@ def unfused_attention_time_s(
         seq_len, d_v, seq_len, dev, False, seqs, a
     )
     scores = seqs * seq_len * seq_len
-    drop = (5.0 if dropout else 0.0) * dev.act_bytes / 2.0
+    # dropout: read and write the scores and a 1 B mask, forward and backward alike
+    drop = 2.0 * dev.act_bytes + 1.0 if dropout else 0.0
     if fused_softmax:
-        soft_f = (4.0 * dev.act_bytes / 2.0 + drop) * scores / dev.hbm_bytes_per_s
-        soft_b = 2.0 * soft_f
+        soft_f = (2.0 * dev.act_bytes + drop) * scores / dev.hbm_bytes_per_s
+        soft_b = (3.0 * dev.act_bytes + drop) * scores / dev.hbm_bytes_per_s
     else:
         torch_f, torch_b = TORCH_SOFTMAX_BYTES_FP32 if dev.act_bytes >= 4 else TORCH_SOFTMAX_BYTES
         soft_f = (torch_f + drop) * scores / dev.hbm_bytes_per_s
-        soft_b = (torch_b + 2.0 * drop) * scores / dev.hbm_bytes_per_s
+        soft_b = (torch_b + drop) * scores / dev.hbm_bytes_per_s
     fix = dev.gemm_fixed_s  # one batched launch per GEMM, not one per matrix
     fwd = seqs * (qk + pv - 2 * fix) + 2 * fix + soft_f
     bwd = seqs * (qk_b + pv_b - 4 * fix) + 4 * fix + soft_b

@@ -115,6 +115,25 @@ def test_pytorch_softmax_path_moves_more_bytes_than_the_fused_kernel():
     scores = 2.0 * 2048.0 * 1024.0  # heads x tokens x keys
     extra = (compute.TORCH_SOFTMAX_BYTES[0] - 4.0) * scores / dev.hbm_bytes_per_s
     assert f_torch - f_fused == pytest.approx(extra, rel=1e-9)
+    # backward: the fused kernel reads its output and the gradient and writes the gradient
+    extra_b = (compute.TORCH_SOFTMAX_BYTES[1] - 6.0) * scores / dev.hbm_bytes_per_s
+    assert b_torch - b_fused == pytest.approx(extra_b, rel=1e-9)
+
+
+def test_dropout_moves_five_bytes_per_score_each_way():
+    """Dropout writes its output and a 1 B mask forward; backward reads the gradient and the
+    mask and writes the gradient: 2 + 2 + 1 B per 2-byte score both ways, not twice back."""
+    from planner.costs import compute
+
+    cluster = planner.load_cluster("dgx-a100-80gb")
+    dev = compute.make_device(
+        cluster.accelerator, planner.default_profile(cluster), "fp16", "unfused"
+    )
+    on = compute.unfused_attention_time_s(2048.0, 1024.0, 2.0, 64.0, 64.0, True, dev)
+    off = compute.unfused_attention_time_s(2048.0, 1024.0, 2.0, 64.0, 64.0, False, dev)
+    per_pass = 5.0 * 2.0 * 2048.0 * 1024.0 / dev.hbm_bytes_per_s
+    assert on[0] - off[0] == pytest.approx(per_pass, rel=1e-9)
+    assert on[1] - off[1] == pytest.approx(per_pass, rel=1e-9)
 
 
 def test_pytorch_softmax_path_adds_four_launches_to_the_core():
