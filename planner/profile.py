@@ -206,7 +206,7 @@ class CalibrationProfile(_Frozen):
         default=None,
         description="flash-attn's Triton FlashAttention (flash_attn_triton.py, the kernel of "
         "llm-foundry's attn_impl: triton): the FlashAttention-2 curve slowed by the fitted "
-        "global triton_attention_slowdown (calibration/fit_global.py); None: as FlashAttention-2",
+        "global attention_triton_slowdown (calibration/fit_global.py); None: as FlashAttention-2",
     )
     memory: MemoryEfficiency
     comm: CommEfficiency
@@ -228,13 +228,14 @@ class CalibrationProfile(_Frozen):
 
     def with_triton_attention_slowdown(self, slowdown: float) -> CalibrationProfile:
         """This profile with the Triton FlashAttention curve at its FlashAttention-2 curve
-        (the fused one where it has none) slowed ``slowdown`` times (>= 1, both passes)."""
+        (the fused one where it has none) slowed ``slowdown`` times (1-10, both passes)."""
+        if not 1.0 <= slowdown <= 10.0:  # NaN fails too
+            raise ValueError(f"Triton attention slowdown {slowdown!r}: expected 1 to 10")
         base = self.attention_flash2 or self.attention
-        curve = base.model_copy(
-            update={
-                "eta_max_fwd": round(base.eta_max_fwd / slowdown, 4),
-                "eta_max_bwd": round(base.eta_max_bwd / slowdown, 4),
-            }
+        curve = AttentionEfficiency(
+            eta_max_fwd=max(1e-4, round(base.eta_max_fwd / slowdown, 4)),
+            eta_max_bwd=max(1e-4, round(base.eta_max_bwd / slowdown, 4)),
+            seq_half=base.seq_half,
         )
         return self.model_copy(update={"attention_flash_triton": curve})
 

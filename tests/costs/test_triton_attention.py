@@ -45,6 +45,12 @@ def test_slowdown_is_applied_to_the_flash2_curve() -> None:
     )
 
 
+@pytest.mark.parametrize("bad", [0.5, float("nan"), float("inf"), 11.0])
+def test_a_slowdown_outside_1_to_10_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="Triton attention slowdown"):
+        planner.load_profile("h100-sxm5-80gb").with_triton_attention_slowdown(bad)
+
+
 def test_a_profile_without_the_curve_costs_it_as_flash2() -> None:
     p = planner.load_profile("h100-sxm5-80gb").model_copy(update={"attention_flash_triton": None})
     assert attention_efficiency(p, "flash_triton") == attention_efficiency(p, "flash2")
