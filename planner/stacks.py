@@ -193,8 +193,16 @@ HOST_OFFLOADS = (
 
 
 def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> PlannerError | None:
-    """What ``stack`` cannot run of this layout, as the error to raise (None: it can)."""
+    """What ``stack`` cannot run of this layout, as the error to raise (None: it can): the
+    first of :func:`stack_violations`."""
+    return next(iter(stack_violations(stack, layout, training)), None)
+
+
+def stack_violations(stack: StackSpec, layout: Layout, training: Training) -> list[PlannerError]:
+    """Everything ``stack`` cannot run of this layout, one error each, in the order the fields
+    are checked (empty: it runs it)."""
     c = stack.capabilities
+    found: list[PlannerError] = []
     checks = (
         ("layout.tp", layout.tp > 1 and not c.tp, f"tp={layout.tp}", "tp=1"),
         (
@@ -244,13 +252,16 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
     )
     for field, broken, what, valid in checks:
         if broken:
-            return PlannerError(field, f"stack {stack.name!r} cannot run {what}", valid)
+            found.append(PlannerError(field, f"stack {stack.name!r} cannot run {what}", valid))
     pp_zero = c.pp_zero_stages
     if layout.pp > 1 and pp_zero is not None and layout.zero not in pp_zero:
-        return PlannerError(
-            "layout.zero",
-            f"stack {stack.name!r} cannot run ZeRO stage {layout.zero} with pipeline parallelism",
-            "zero " + " / ".join(map(str, pp_zero)) + " with pp > 1, or pp 1",
+        found.append(
+            PlannerError(
+                "layout.zero",
+                f"stack {stack.name!r} cannot run ZeRO stage {layout.zero} with pipeline "
+                "parallelism",
+                "zero " + " / ".join(map(str, pp_zero)) + " with pp > 1, or pp 1",
+            )
         )
     if layout.pp > 1:
         schedule = layout.schedule or default_schedule_name(layout.vpp)
@@ -258,12 +269,14 @@ def stack_violation(stack: StackSpec, layout: Layout, training: Training) -> Pla
             hint = "; no shipped stack runs it: --stack none costs it as given"
             if SCHEDULES[schedule].torchtitan:
                 hint = "; torch.distributed.pipelining runs it: --stack torchtitan-eager"
-            return PlannerError(
-                "layout.schedule",
-                f"stack {stack.name!r} cannot run the {schedule} pipeline schedule",
-                ", ".join(c.schedules) + hint,
+            found.append(
+                PlannerError(
+                    "layout.schedule",
+                    f"stack {stack.name!r} cannot run the {schedule} pipeline schedule",
+                    ", ".join(c.schedules) + hint,
+                )
             )
-    return None
+    return found
 
 
 def applied_violation(
@@ -297,6 +310,7 @@ __all__ = [
     "layout_defaults",
     "reserved_peak_gib",
     "stack_violation",
+    "stack_violations",
     "training_defaults",
     "unfused_chains",
 ]

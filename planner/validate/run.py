@@ -24,7 +24,7 @@ from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
 from planner.specs.layout import Layout, Recompute, Training
 from planner.specs.loading import read_yaml_file
-from planner.stacks import applied_violation, apply_stack, stack_violation, training_defaults
+from planner.stacks import applied_violation, apply_stack, stack_violations, training_defaults
 from planner.uncertainty import error_band
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
@@ -155,13 +155,10 @@ def _fitting(
     the lightest heavier recompute (:func:`_recomputed`); the row says which. Else ``rep``
     unchanged."""
     bf16_weights = training.precision in ("bf16", "fp8")
-    if (
-        bf16_weights
-        and training.optimizer_states == "fp32"
-        and not _violates(i.stack, layout, training)
-    ):
+    stated = _violations(i.stack, layout, training)  # costed as stated: not held against a trial
+    if bf16_weights and training.optimizer_states == "fp32":
         trials = ((s, training.with_changes(optimizer_states=s)) for s in REDUCED_STATES)
-        found = _first_fit(i, layout, trials, profile)
+        found = _first_fit(i, layout, trials, profile, stated)
         if found is not None:
             notes.append(
                 f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
@@ -170,16 +167,21 @@ def _fitting(
             )
             return found[1]
     got = _offloaded(rep, i, layout, training, profile, notes)
-    return got if got.fits else _recomputed(rep, i, layout, training, profile, notes)
+    return got if got.fits else _recomputed(rep, i, layout, training, profile, notes, stated)
 
 
 def _first_fit(
-    i: CaseInputs, layout: Layout, trials: Iterable[tuple[str, Training]], profile: Any
+    i: CaseInputs,
+    layout: Layout,
+    trials: Iterable[tuple[str, Training]],
+    profile: Any,
+    stated: frozenset[str] = frozenset(),
 ) -> tuple[str, Any] | None:
-    """The first ``(label, report)`` of ``trials`` that the case's stack runs and whose step
-    fits in memory, else None."""
+    """The first ``(label, report)`` of ``trials`` whose step fits in memory and that asks the
+    case's stack for nothing it cannot run beyond ``stated`` (what the stated inputs already
+    asked, costed as given), else None."""
     for label, trial in trials:
-        if _violates(i.stack, layout, trial):
+        if not _violations(i.stack, layout, trial) <= stated:
             continue
         got = simulate_step(
             i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
@@ -203,7 +205,13 @@ def _at_recompute(i: CaseInputs, training: Training, level: str) -> Training:
 
 
 def _recomputed(
-    rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
+    rep: Any,
+    i: CaseInputs,
+    layout: Layout,
+    training: Training,
+    profile: Any,
+    notes: list[str],
+    stated: frozenset[str] = frozenset(),
 ) -> Any:
     """The last schema 1 fallback. Schema 1 requires a recompute value even where the source
     gives none, so a stated ``none`` may be the case writer's assumption; a run that trained
@@ -212,7 +220,7 @@ def _recomputed(
     says the stated inputs do not fit; else ``rep`` unchanged."""
     heavier = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(training.recompute) + 1 :]
     trials = ((level, _at_recompute(i, training, level)) for level in heavier)
-    found = _first_fit(i, layout, trials, profile)
+    found = _first_fit(i, layout, trials, profile, stated)
     if found is None:
         return rep
     notes.append(
@@ -224,9 +232,11 @@ def _recomputed(
     return found[1]
 
 
-def _violates(stack: Any, layout: Layout, training: Training) -> bool:
-    """The stack cannot run ``training`` (no stack: it runs everything)."""
-    return stack is not None and stack_violation(stack, layout, training) is not None
+def _violations(stack: Any, layout: Layout, training: Training) -> frozenset[str]:
+    """What the stack cannot run of ``training``, one message each (no stack: nothing)."""
+    if stack is None:
+        return frozenset()
+    return frozenset(str(e) for e in stack_violations(stack, layout, training))
 
 
 def _offloaded(

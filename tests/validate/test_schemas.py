@@ -454,10 +454,12 @@ def test_schema_1_costs_the_largest_reduced_state_that_fits() -> None:
 
 def test_schema_1_reduced_state_only_where_the_stack_runs_it() -> None:
     # torchtitan keeps fp32 master and moments: no reduced state is guessed, and pp 4 rules out
-    # activation offload, so the case stays out of memory
+    # activation offload, so only the last fallback, a heavier recompute, makes it fit (its
+    # stated ZeRO 1, which torchtitan does not run, is costed as given and bars nothing)
     row = run_case(_no_fit_with_fp32_states("torchtitan"), planner.default_profile, 1)
-    assert "optimizer_states" not in row["reason"]
-    assert row["status"] == "infeasible"
+    assert "optimizer_states" not in row["reason"] and "offload" not in row["reason"]
+    assert "costed with recompute selective (stated none)" in row["reason"]
+    assert row["status"] == "ok"
 
 
 # ------------------------------------------------- recompute, the last schema 1 fallback
@@ -594,3 +596,30 @@ def test_schema_2_model_is_never_completed():
     raw["stack"] = raw.pop("framework")
     inputs = case_inputs(parse_case(raw, 2))
     assert inputs.model.layer_groups is None and not inputs.model.moe.expert_bias
+
+
+def test_schema_1_fallback_is_not_barred_by_what_the_stated_inputs_already_ask() -> None:
+    """A schema 1 row the stack cannot run as stated (Megatron-LM 2021 had no context
+    parallelism) is costed as given; the recompute fallback may still raise the recompute, as
+    long as the raised level asks the stack for nothing more (full, which v2.5 runs)."""
+    raw = _no_fit_without_recompute(1, 2)
+    raw["layout"].update(zero=0, cp=2)
+    raw["num_gpus"] = 128
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and row["stack"] == "megatron-lm-2021", row["reason"]
+    assert "cannot run cp=2" in row["reason"] and "costed as the case states it" in row["reason"]
+    assert "costed with recompute full (stated none)" in row["reason"]
+
+
+def test_stack_violations_lists_every_field_in_check_order() -> None:
+    from planner.specs.layout import Layout, Training
+    from planner.stacks import stack_violation, stack_violations
+
+    stack = planner.load_stack("megatron-lm-2021")
+    layout, training = Layout(tp=2, cp=2, dp=2, zero=3), Training(seq_len=2048, global_batch=8)
+    found = stack_violations(stack, layout, training.with_changes(recompute="selective"))
+    assert [e.field for e in found] == ["layout.cp", "layout.zero", "training.recompute"]
+    assert str(stack_violation(stack, layout, training)) == str(found[0])
+    assert (
+        stack_violations(stack, Layout(tp=2, dp=4), training.with_changes(recompute="full")) == []
+    )
