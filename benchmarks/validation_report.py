@@ -42,7 +42,8 @@ NOTES = """\
   once Megatron-Bridge's in-place (Transformer Engine) cross-entropy is modelled (B200) and, on
   H100, where the source does not state recompute and the printed micro-batch 4 cannot fit
   without it, with the lightest recompute that fits (full; the row is flagged inconsistent by
-  its own notes). Still missed: Qwen3-30B-A3B on H100 (+88%; the same printed layout with
+  its own notes; its unstated interleaving depth is tuned at that level since 2026-12-06:
+  -3 -> +20%). Still missed: Qwen3-30B-A3B on H100 (+88%; the same printed layout with
   token drop in 25.09 ran 2x faster and is predicted within 10%), and gpt-oss on B200 (+96%).
   For both, the release's own performance scripts disagree with the printed table (read
   2026-12-05, Megatron-Bridge v0.2.1, whose docs carry the 25.11 table;

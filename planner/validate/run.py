@@ -97,46 +97,64 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
         notes.append(f"{' '.join(str(violation).split())}: costed as the case states it")
     rep = None  # the stated inputs' report, where no tuned one replaces it
     costed = (i.layout, i.training)  # the inputs behind ``rep``
+    untuned = False  # no setting of the unstated knobs fits at the stated inputs
     if i.unstated:
         try:
-            tuned = tuned_prediction(
-                i.model,
-                i.cluster,
-                i.layout,
-                i.training,
-                profile,
-                i.unstated,
-                i.stack,
-                enforce_stack=i.enforce_stack,
-            )
+            tuned = _tuned(i, i.training, profile)
         except PlannerError as exc:
             notes.append(f"not stated: {', '.join(i.unstated)}; {' '.join(str(exc).split())}")
+            untuned = True
         else:
-            lo, hi = tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
-            picked = ", ".join(
-                f"{k} {v if v is not None else 'none'}" for k, v in tuned.picked.items()
-            )
-            if tuned.legal == 1:  # e.g. vpp on a stack that runs no interleaved schedule
-                notes.append(
-                    f"not stated, determined: {picked}, the only legal setting under the stack "
-                    "and layout (no range: nothing was left to tune)"
-                )
-            else:
-                out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
-                meas = case.measured.tokens_per_s_per_gpu
-                out["in_range"] = bool(lo <= meas <= hi)
-                notes.append(
-                    f"not stated, tuned: {picked}, the fastest of {tuned.settings} settings "
-                    f"that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
-                )
-            rep, costed = tuned.report, (tuned.layout, tuned.training)
+            rep, costed = _record_tuned(out, case, tuned, notes), (tuned.layout, tuned.training)
     if rep is None:
         rep = simulate_step(
             i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
         )
     if not rep.fits and not isinstance(case, CaseV2):
-        rep = _fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
+        rep, level = _fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
+        if untuned and level is not None:  # the raised recompute: its unstated knobs tuned too
+            try:
+                tuned = _tuned(i, _at_recompute(i, i.training, level), profile)
+            except PlannerError:
+                pass
+            else:
+                rep = _record_tuned(out, case, tuned, notes)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
+
+
+def _tuned(i: CaseInputs, training: Training, profile: Any) -> Any:
+    """The tuned prediction of the case's unstated knobs under ``training``."""
+    return tuned_prediction(
+        i.model,
+        i.cluster,
+        i.layout,
+        training,
+        profile,
+        i.unstated,
+        i.stack,
+        enforce_stack=i.enforce_stack,
+    )
+
+
+def _record_tuned(out: dict, case: Case | CaseV2, tuned: Any, notes: list[str]) -> Any:
+    """Say which settings were picked (and, with more than one legal, the range and whether
+    the measurement lies in it); the tuned report."""
+    lo, hi = tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
+    picked = ", ".join(f"{k} {v if v is not None else 'none'}" for k, v in tuned.picked.items())
+    if tuned.legal == 1:  # e.g. vpp on a stack that runs no interleaved schedule
+        notes.append(
+            f"not stated, determined: {picked}, the only legal setting under the stack "
+            "and layout (no range: nothing was left to tune)"
+        )
+    else:
+        out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
+        meas = case.measured.tokens_per_s_per_gpu
+        out["in_range"] = bool(lo <= meas <= hi)
+        notes.append(
+            f"not stated, tuned: {picked}, the fastest of {tuned.settings} settings "
+            f"that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
+        )
+    return tuned.report
 
 
 # the reduced AdamW states a schema 1 case may have run, largest first (Training.optimizer_states)
@@ -145,7 +163,7 @@ REDUCED_STATES = ("fp32_remainders", "bf16")
 
 def _fitting(
     rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
-) -> Any:
+) -> tuple[Any, str | None]:
     """A measured run fitted. A schema 1 case cannot state the memory savers that leave the
     step's time as it is or nearly so: reduced AdamW state (Apex / Transformer Engine
     store_param_remainders, bf16 moments: NeMo 1's dgxc Nemotron-4 340B recipe sets the
@@ -153,7 +171,7 @@ def _fitting(
     that fits, in that order (the fastest first, as unstated knobs are tuned): the largest
     reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`), else
     the lightest heavier recompute (:func:`_recomputed`); the row says which. Else ``rep``
-    unchanged."""
+    unchanged. With the report, the recompute level it was raised to (None: not raised)."""
     bf16_weights = training.precision in ("bf16", "fp8")
     stated = _violations(i.stack, layout, training)  # costed as stated: not held against a trial
     if bf16_weights and training.optimizer_states == "fp32":
@@ -165,9 +183,11 @@ def _fitting(
                 f"{rep.usable_memory_gib:.1f}: schema 1 cannot state the optimizer's state "
                 f"dtypes; costed with optimizer_states {found[0]}, the largest that fits"
             )
-            return found[1]
+            return found[1], None
     got = _offloaded(rep, i, layout, training, profile, notes)
-    return got if got.fits else _recomputed(rep, i, layout, training, profile, notes, stated)
+    return (
+        (got, None) if got.fits else _recomputed(rep, i, layout, training, profile, notes, stated)
+    )
 
 
 def _first_fit(
@@ -212,7 +232,7 @@ def _recomputed(
     profile: Any,
     notes: list[str],
     stated: frozenset[str] = frozenset(),
-) -> Any:
+) -> tuple[Any, str | None]:
     """The last schema 1 fallback. Schema 1 requires a recompute value even where the source
     gives none, so a stated ``none`` may be the case writer's assumption; a run that trained
     fit. Where nothing that leaves the recompute as stated fits, the lightest heavier level the
@@ -222,14 +242,14 @@ def _recomputed(
     trials = ((level, _at_recompute(i, training, level)) for level in heavier)
     found = _first_fit(i, layout, trials, profile, stated)
     if found is None:
-        return rep
+        return rep, None
     notes.append(
         f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
         f"{rep.usable_memory_gib:.1f} and nothing schema 1 cannot state makes them fit: "
         f"costed with recompute {found[0]} (stated {training.recompute}), the lightest "
         "that fits; the run trained, so the stated recompute or layout is doubtful"
     )
-    return found[1]
+    return found[1], found[0]
 
 
 def _violations(stack: Any, layout: Layout, training: Training) -> frozenset[str]:
