@@ -32,8 +32,9 @@ import re
 
 from planner.errors import PlannerError
 from planner.specs.hardware import Cluster
+from planner.specs.layout import Layout, Training
 from planner.specs.loading import load_stack
-from planner.stacks import DEFAULT_STACK
+from planner.stacks import DEFAULT_STACK, stack_violations
 
 # framework as published (lower case, spaces and underscores as "-") -> shipped stack id
 FRAMEWORK_STACKS: dict[str, str] = {
@@ -157,15 +158,21 @@ def normalise(framework: str) -> str:
     return found or key
 
 
+# what a schema 1 case states that picks among a framework's code bases (BY_CAPABILITY)
+_ERA_FIELDS = frozenset({"layout.zero", "layout.sequence_parallel", "training.recompute"})
+
+
 def _runs(stack_id: str, zero: int | None, sequence_parallel: bool, recompute: str | None) -> bool:
     """Whether the shipped stack ``stack_id`` can run the stated ZeRO stage, sequence
-    parallelism and recompute (None: not stated)."""
-    caps = load_stack(stack_id).capabilities
-    return (
-        (zero is None or zero in caps.zero_stages)
-        and (caps.sequence_parallel or not sequence_parallel)
-        and (recompute is None or recompute in caps.recompute)
+    parallelism and recompute (None: not stated), by :func:`planner.stacks.stack_violations`."""
+    stack = load_stack(stack_id)
+    caps = stack.capabilities
+    layout = Layout(
+        sequence_parallel=sequence_parallel, zero=caps.zero_stages[0] if zero is None else zero
     )
+    # a placeholder batch: only the recompute level is read here
+    training = Training(seq_len=2048, global_batch=1, recompute=recompute or caps.recompute[0])
+    return not any(e.field in _ERA_FIELDS for e in stack_violations(stack, layout, training))
 
 
 def stack_for_framework(
