@@ -56,18 +56,14 @@ ATTN_DIM_HALF = {
     "fused": (55.0, 29.0),
     "cudnn": (82.0, 30.0),
     "flash2": (0.0, 18.0),
-    "flash_triton": (0.0, 18.0),  # no figure of its own: FlashAttention-2's
     "unfused": (0.0, 0.0),
 }
 ATTN_REF_HEAD_DIM = 128.0
 # d = 256 over d = 128: FA3 fwd (no causal) measures ~1.2x (756 vs 648); cuDNN does not gain
-ATTN_DIM_FACTOR_MAX = {
-    "fused": 1.2,
-    "cudnn": 1.0,
-    "flash2": 1.2,
-    "flash_triton": 1.2,
-    "unfused": 1.2,
-}
+ATTN_DIM_FACTOR_MAX = {"fused": 1.2, "cudnn": 1.0, "flash2": 1.2, "unfused": 1.2}
+# the Triton FlashAttention has no head-dimension figure of its own: FlashAttention-2's
+ATTN_DIM_HALF["flash_triton"] = ATTN_DIM_HALF["flash2"]
+ATTN_DIM_FACTOR_MAX["flash_triton"] = ATTN_DIM_FACTOR_MAX["flash2"]
 
 
 def attention_efficiency(profile: CalibrationProfile, attention_kernel: str) -> AttentionEfficiency:
