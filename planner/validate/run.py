@@ -111,15 +111,23 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
             i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
         )
     if not rep.fits and not isinstance(case, CaseV2):
-        rep, level = _fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
-        if untuned and level is not None:  # the raised recompute: its unstated knobs tuned too
+        rep, change = _fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
+        if untuned and change is not None:  # the fallback that fits: unstated knobs tuned there
             try:
-                tuned = _tuned(i, _at_recompute(i, i.training, level), profile)
+                tuned = _tuned(i, _with_fallback(i, change), profile)
             except PlannerError:
                 pass
             else:
                 rep = _record_tuned(out, case, tuned, notes)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
+
+
+def _with_fallback(i: CaseInputs, change: dict[str, Any]) -> Training:
+    """The case's stated training with a schema 1 fallback's change (:func:`_fitting`) applied
+    (a raised recompute level with its modules, :func:`_at_recompute`)."""
+    if "recompute" in change:
+        return _at_recompute(i, i.training, change["recompute"])
+    return i.training.with_changes(**change)
 
 
 def _tuned(i: CaseInputs, training: Training, profile: Any) -> Any:
@@ -163,7 +171,7 @@ REDUCED_STATES = ("fp32_remainders", "bf16")
 
 def _fitting(
     rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
-) -> tuple[Any, str | None]:
+) -> tuple[Any, dict[str, Any] | None]:
     """A measured run fitted. A schema 1 case cannot state the memory savers that leave the
     step's time as it is or nearly so: reduced AdamW state (Apex / Transformer Engine
     store_param_remainders, bf16 moments: NeMo 1's dgxc Nemotron-4 340B recipe sets the
@@ -171,7 +179,8 @@ def _fitting(
     that fits, in that order (the fastest first, as unstated knobs are tuned): the largest
     reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`), else
     the lightest heavier recompute (:func:`_recomputed`); the row says which. Else ``rep``
-    unchanged. With the report, the recompute level it was raised to (None: not raised)."""
+    unchanged. With the report, the training change the fallback made (None: none fits), so
+    that unstated knobs the stated inputs could not fit are tuned under it."""
     bf16_weights = training.precision in ("bf16", "fp8")
     stated = _violations(i.stack, layout, training)  # costed as stated: not held against a trial
     if bf16_weights and training.optimizer_states == "fp32":
@@ -183,11 +192,11 @@ def _fitting(
                 f"{rep.usable_memory_gib:.1f}: schema 1 cannot state the optimizer's state "
                 f"dtypes; costed with optimizer_states {found[0]}, the largest that fits"
             )
-            return found[1], None
-    got = _offloaded(rep, i, layout, training, profile, notes)
-    return (
-        (got, None) if got.fits else _recomputed(rep, i, layout, training, profile, notes, stated)
-    )
+            return found[1], {"optimizer_states": found[0]}
+    got, offload = _offloaded(rep, i, layout, training, profile, notes)
+    if offload is not None:
+        return got, {"offload_layers": offload}
+    return _recomputed(rep, i, layout, training, profile, notes, stated)
 
 
 def _first_fit(
@@ -232,7 +241,7 @@ def _recomputed(
     profile: Any,
     notes: list[str],
     stated: frozenset[str] = frozenset(),
-) -> tuple[Any, str | None]:
+) -> tuple[Any, dict[str, Any] | None]:
     """The last schema 1 fallback. Schema 1 requires a recompute value even where the source
     gives none, so a stated ``none`` may be the case writer's assumption; a run that trained
     fit. Where nothing that leaves the recompute as stated fits, the lightest heavier level the
@@ -249,7 +258,7 @@ def _recomputed(
         f"costed with recompute {found[0]} (stated {training.recompute}), the lightest "
         "that fits; the run trained, so the stated recompute or layout is doubtful"
     )
-    return found[1], found[0]
+    return found[1], {"recompute": found[0]}
 
 
 def _violations(stack: Any, layout: Layout, training: Training) -> frozenset[str]:
@@ -261,11 +270,12 @@ def _violations(stack: Any, layout: Layout, training: Training) -> frozenset[str
 
 def _offloaded(
     rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
-) -> Any:
+) -> tuple[Any, int | None]:
     """A schema 1 case cannot state activation offload (Megatron-Core's
     ``--cpu-offloading-num-layers``, which the GB200 recipes use): where its stated inputs do
     not fit, the fewest offloaded layers that make them fit, if any (pp 1, no recompute, a
-    host link: :mod:`planner.legality`), with a note; else ``rep`` unchanged."""
+    host link: :mod:`planner.legality`), with a note, and that count; else ``rep`` unchanged
+    and None."""
     if layout.pp > 1 or training.recompute != "none" or training.offload_layers:
 
         def legal(_: int) -> bool:
@@ -292,7 +302,7 @@ def _offloaded(
 
     top = i.model.layers - 1
     if top < 1 or not legal(top) or not run(top).fits:
-        return rep
+        return rep, None
     lo, hi = 0, top  # memory falls as layers leave: the fewest that fit, by bisection
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -302,7 +312,7 @@ def _offloaded(
         f"schema 1 cannot state activation offload; costed with the fewest offloaded layers "
         f"that fit ({hi})"
     )
-    return run(hi)
+    return run(hi), hi
 
 
 def _case_result(

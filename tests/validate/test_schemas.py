@@ -452,6 +452,23 @@ def test_schema_1_costs_the_largest_reduced_state_that_fits() -> None:
     assert "offload" not in row["reason"]
 
 
+def test_schema_1_tunes_unstated_knobs_under_the_reduced_state_that_fits() -> None:
+    # at 16k tokens no micro-batch fits with fp32 optimizer states: the unstated micro-batch
+    # is tuned under the reduced state that makes the stated default fit, not left untuned
+    raw = _no_fit_with_fp32_states("nemo")
+    raw["layout"]["vpp"] = 1
+    raw["training"].update(micro_batch=None, seq_len=16384)
+    row = run_case(raw, planner.default_profile, 1)
+    reason = row["reason"]
+    assert row["status"] == "ok", reason
+    assert "no legal setting of micro_batch fits" in reason
+    assert reason.index("costed with optimizer_states fp32_remainders") < reason.index(
+        "not stated, tuned: micro_batch 1"
+    )
+    lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
+    assert lo <= row["predicted_tokens_per_s_per_gpu"] <= hi
+
+
 def test_schema_1_reduced_state_only_where_the_stack_runs_it() -> None:
     # torchtitan keeps fp32 master and moments: no reduced state is guessed, and pp 4 rules out
     # activation offload, so only the last fallback, a heavier recompute, makes it fit (its
