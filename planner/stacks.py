@@ -279,6 +279,44 @@ def stack_violations(stack: StackSpec, layout: Layout, training: Training) -> li
     return found
 
 
+def model_violations(stack: StackSpec, model: ModelSpec) -> list[PlannerError]:
+    """What ``stack``'s model definitions cannot express of ``model``, one error each
+    (empty: it runs the model): its activation, grouped-query attention, an untied output
+    layer, multi-head latent attention (``capabilities.activations``, ``gqa``,
+    ``untied_embeddings``, ``mla``)."""
+    c = stack.capabilities
+    gqa = model.kv_heads < model.heads and model.mla is None
+    checks = (
+        (
+            "model.activation",
+            model.activation not in c.activations,
+            f"the {model.activation} activation",
+            " / ".join(c.activations),
+        ),
+        ("model.kv_heads", gqa and not c.gqa, "grouped-query attention", "kv_heads = heads"),
+        (
+            "model.tied_embeddings",
+            not model.tied_embeddings and not c.untied_embeddings,
+            "an untied output layer",
+            "tied_embeddings true",
+        ),
+        ("model.mla", model.mla is not None and not c.mla, "multi-head latent attention", "none"),
+    )
+    later = "; or a later stack of the same software (planner list stacks)"
+    return [
+        PlannerError(field, f"stack {stack.name!r} cannot run {what}", valid + later)
+        for field, broken, what, valid in checks
+        if broken
+    ]
+
+
+def check_model_stack(stack: StackSpec, model: ModelSpec) -> None:
+    """Raise the first of :func:`model_violations`, if any."""
+    found = model_violations(stack, model)
+    if found:
+        raise found[0]
+
+
 def applied_violation(
     stack: StackSpec, model: ModelSpec, layout: Layout, training: Training
 ) -> PlannerError | None:
@@ -306,8 +344,10 @@ __all__ = [
     "STACK_TRAINING_FIELDS",
     "applied_violation",
     "apply_stack",
+    "check_model_stack",
     "check_stack",
     "layout_defaults",
+    "model_violations",
     "reserved_peak_gib",
     "stack_violation",
     "stack_violations",

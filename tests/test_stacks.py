@@ -19,7 +19,7 @@ from planner.errors import PlannerError
 from planner.resources import STACKS_DIR
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import shipped_ids
-from planner.stacks import DEFAULT_STACK, apply_stack, stack_violation
+from planner.stacks import DEFAULT_STACK, apply_stack, model_violations, stack_violation
 
 STACKS = shipped_ids(STACKS_DIR)
 MODEL = planner.load_model("llama3.1-8b")
@@ -105,10 +105,12 @@ def test_unfused_chains_cost_their_extra_passes() -> None:
 
 
 def test_reserved_is_at_least_allocated_and_fsdp_stacks_report_reserved() -> None:
+    gpt = planner.load_model("gpt3-1.3b")  # for the stacks whose code predates Llama's model
     for stack_id in STACKS:
         stack = planner.load_stack(stack_id)
+        model = gpt if model_violations(stack, MODEL) else MODEL
         layout = Layout(dp=8, zero=stack.capabilities.zero_stages[-1])
-        rep = planner.simulate(MODEL, CLUSTER, layout, TRAIN, stack=stack)
+        rep = planner.simulate(model, CLUSTER, layout, TRAIN, stack=stack)
         assert rep.peak_reserved_gib >= rep.peak_memory_gib
     assert planner.load_stack("torchtitan-eager").memory.reported_peak == "reserved"
 
@@ -128,6 +130,42 @@ def test_what_a_stack_cannot_run_is_refused_by_name(stack, layout, field) -> Non
     assert err is not None and err.field == field and stack in err.message
     with pytest.raises(PlannerError, match=stack):
         planner.simulate(MODEL, CLUSTER, layout, TRAIN, stack=spec)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"activation": "swiglu"}, "model.activation"),
+        ({"kv_heads": 8}, "model.kv_heads"),
+        ({"tied_embeddings": False}, "model.tied_embeddings"),
+    ],
+)
+def test_a_legacy_stack_refuses_a_model_its_code_could_not_express(change, field) -> None:
+    gpt = planner.load_model("gpt3-175b")  # GeLU, multi-head, tied: what the 2021 code ran
+    assert not model_violations(planner.load_stack("megatron-lm-2021"), gpt)
+    model = gpt.model_copy(update=change)
+    a100 = planner.load_cluster("dgx-a100-80gb")
+    layout, training = Layout(tp=8, pp=8, dp=1), Training(seq_len=2048, global_batch=64)
+    for legacy in ("megatron-lm-2021", "megatron-lm-2022", "megatron-deepspeed-2022"):
+        err = model_violations(planner.load_stack(legacy), model)[0]
+        assert err.field == field and legacy in err.message
+        with pytest.raises(PlannerError, match=legacy):
+            planner.simulate(model, a100, layout, training, stack=legacy)
+    # the code base that came after runs it; no layout makes the old one run it
+    assert planner.simulate(model, a100, layout, training, stack="megatron-core").stack == (
+        "megatron-core"
+    )
+    from planner.search import search
+
+    legacy = planner.load_stack("megatron-lm-2021")
+    with pytest.raises(PlannerError, match="megatron-lm-2021"):
+        search(model, a100, 64, 64, seq_len=2048, stack=legacy, method="exhaustive")
+    from planner.simulate.batch import BatchSimulator  # the search's path refuses it too
+
+    sim = BatchSimulator(model, a100, planner.default_profile(a100), legacy)
+    with pytest.raises(PlannerError) as err:
+        sim.figures(layout, training)
+    assert err.value.field == field
 
 
 def test_cli_stack_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,6 +35,7 @@ from planner.stacks import (
     STACK_LAYOUT_FIELDS,
     STACK_TRAINING_FIELDS,
     apply_stack,
+    check_model_stack,
     check_stack,
 )
 from planner.unknowns import UNKNOWABLE
@@ -215,6 +216,7 @@ def with_stack(
     if stack is None:
         return None, layout, training
     layout, training = apply_stack(stack, model, layout, training)
+    check_model_stack(stack, model)
     check_stack(stack, layout, training)
     return stack, layout, training
 

@@ -45,6 +45,7 @@ from planner.search.space import (
 from planner.specs.hardware import Cluster
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
+from planner.stacks import check_model_stack
 
 # exhaustive when the space holds at most this many candidates (~10-20 s at ~15k evals/s)
 AUTO_EXHAUSTIVE_LIMIT = 200_000
@@ -139,6 +140,8 @@ def search(
     """
     deadline = Deadline(time_budget_s)
     counts, batches, seqs = _check_arguments(method, gpus, global_batch, seq_len)
+    if stack is not None:
+        check_model_stack(stack, model)  # no layout helps a model the stack cannot express
     from planner import default_profile
 
     prof = profile or default_profile(cluster)

@@ -21,7 +21,7 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
-from planner.stacks import apply_stack, check_stack, reserved_peak_gib
+from planner.stacks import apply_stack, check_model_stack, check_stack, reserved_peak_gib
 
 
 def simulate_step(
@@ -50,6 +50,7 @@ def simulate_step(
     if stack is not None:
         layout, training = apply_stack(stack, model, layout, training)
         if enforce_stack:
+            check_model_stack(stack, model)
             check_stack(stack, layout, training)
     try:
         report = build_step(model, cluster, layout, training, profile, check)

@@ -53,7 +53,13 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
-from planner.stacks import reserved_peak_gib, stack_layout, stack_training, stack_violation
+from planner.stacks import (
+    model_violations,
+    reserved_peak_gib,
+    stack_layout,
+    stack_training,
+    stack_violation,
+)
 
 # Layout fields the layer costs (planner/simulate/layers.py), the layer activations and the
 # edge costs never read: a layer-cost key leaves them out.
@@ -208,6 +214,10 @@ class BatchSimulator:
         self._groups: dict[tuple, comms.Groups] = {}
         self._trainings: dict[Training, Training] = {}
         self._violations: dict[tuple, PlannerError | None] = {}
+        # what the stack's code cannot express of the model: every candidate's error
+        self._model_violation = (
+            next(iter(model_violations(stack, model)), None) if stack is not None else None
+        )
         self._layers: dict[tuple, _Layers] = {}
         self._timed_parts: dict[tuple, _Timed] = {}
         self._peaks: dict[tuple, _Peak] = {}
@@ -243,7 +253,9 @@ class BatchSimulator:
         vkey = (_VIOLATION_LAYOUT(layout), tr.recompute, tr.precision)
         err = self._violations.get(vkey, _UNKNOWN)
         if err is _UNKNOWN:
-            err = self._violations[vkey] = stack_violation(stack, layout, tr)
+            err = self._violations[vkey] = self._model_violation or stack_violation(
+                stack, layout, tr
+            )
         if err is not None:
             raise err.with_traceback(None)  # one error object, raised afresh each time
         return layout, tr

@@ -224,7 +224,9 @@ class VectorPass:
         """What the stack cannot run of candidate ``i``, kept under ``key`` (the one-layout
         path's, BatchSimulator._applied)."""
         sim = self.sim
-        err = sim._violations[key] = stack_violation(sim.stack, self.layout(i), tr)
+        err = sim._violations[key] = sim._model_violation or stack_violation(
+            sim.stack, self.layout(i), tr
+        )
         return err
 
     def layout(self, i: int) -> Layout:

@@ -41,6 +41,7 @@ from planner.specs.layout import (
     Schedule,
     Zero3Collectives,
 )
+from planner.specs.model import Activation
 
 AttentionImpl = Literal[
     "cudnn_fused",  # Transformer Engine's cuDNN fused attention (cuDNN figures where measured)
@@ -249,6 +250,21 @@ class StackCapabilities(Spec):
         description="AdamW state smaller than fp32 master + moments (Training.optimizer_states "
         "fp32_remainders or bf16): Apex DistributedFusedAdam, Transformer Engine FusedAdam",
     )
+    # what the code base's model definitions can express (a legacy code base's models predate
+    # GLU activations, grouped-query attention, untied output layers and MLA)
+    activations: tuple[Activation, ...] = Field(
+        default=("gelu", "swiglu", "relu2", "geglu"),
+        min_length=1,
+        max_length=4,
+        description="MLP activations its models offer (model.activation)",
+    )
+    gqa: bool = Field(
+        default=True, description="grouped-query / multi-query attention (kv_heads < heads)"
+    )
+    untied_embeddings: bool = Field(
+        default=True, description="an output layer apart from the input embedding"
+    )
+    mla: bool = Field(default=True, description="multi-head latent attention (model.mla)")
 
 
 class StackSpec(Spec):

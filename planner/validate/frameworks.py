@@ -10,9 +10,15 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
   parallelism, selective recompute or the distributed optimizer (ZeRO 1), which came with the
   2022 code (Korthikanti et al. 2022), ``megatron-lm-2022``; on Hopper and later it can only be
   the Megatron-Core code base that reached those GPUs (2023-), so ``megatron-core``;
+* a model the 2021-22 code could not express (a GLU activation, grouped-query attention or an
+  untied output layer, which came to Megatron-LM between 2022-12 and 2023-06) dates the case
+  later still: ``megatron-core``, the first shipped Megatron code base that runs it
+  (:func:`planner.stacks.model_violations`, the stacks' ``capabilities.activations``,
+  ``gqa``, ``untied_embeddings``, ``mla``);
 * ``megatron-deepspeed`` on such a GPU is ``megatron-deepspeed-2022`` (the BLOOM / MT-NLG code:
-  full activation checkpointing only, no sequence parallelism); on Hopper and later the
-  fork after its July 2023 rebase on Megatron-LM, ``megatron-deepspeed``;
+  full activation checkpointing only, no sequence parallelism), or, for a model that code could
+  not express, the fork after its July 2023 rebase on Megatron-LM, ``megatron-deepspeed``,
+  which is also the stack on Hopper and later;
 * ``megatron-lm`` with ``zero: 3`` on such a GPU ran DeepSpeed's ZeRO-3 of the day on
   Megatron's model (``deepspeed-zero3-2021``): Megatron-LM itself never had ZeRO-3 (its
   distributed optimizer is ZeRO-1), and Narayanan et al. 2021 section 5.2 compares with
@@ -34,7 +40,8 @@ from planner.errors import PlannerError
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import load_stack
-from planner.stacks import DEFAULT_STACK, stack_violations
+from planner.specs.model import ModelSpec
+from planner.stacks import DEFAULT_STACK, model_violations, stack_violations
 
 # framework as published (lower case, spaces and underscores as "-") -> shipped stack id
 FRAMEWORK_STACKS: dict[str, str] = {
@@ -95,10 +102,16 @@ BY_ZERO3: dict[tuple[str, bool], str] = {
     ("megatron", False): "deepspeed-zero3-2021",
 }
 # frameworks whose code base grew under one name: (framework, has FP8 tensor cores) -> its
-# shipped stacks oldest first; a case gets the first that can run what it states
+# shipped stacks oldest first; a case gets the first that can run what it states, its model
+# included (a GLU activation, grouped-query attention or an untied output layer came with the
+# 2023 code: Megatron-LM 82c7ba57f4 untied 2022-12, 2cc3dac719 swiglu 2023-04, 6902465a83 GQA
+# 2023-06; Megatron-DeepSpeed's July 2023 rebase on it, 9e72d571)
 BY_CAPABILITY: dict[tuple[str, bool], tuple[str, ...]] = {
-    ("megatron-lm", False): ("megatron-lm-2021", "megatron-lm-2022"),
-    ("megatron", False): ("megatron-lm-2021", "megatron-lm-2022"),
+    ("megatron-lm", False): ("megatron-lm-2021", "megatron-lm-2022", "megatron-core"),
+    ("megatron", False): ("megatron-lm-2021", "megatron-lm-2022", "megatron-core"),
+    ("megatron-deepspeed", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
+    ("megatron-ds", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
+    ("deepspeed-megatron", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
 }
 # frameworks whose stack depends on the training precision
 BY_PRECISION: dict[tuple[str, str], str] = {
@@ -162,10 +175,19 @@ def normalise(framework: str) -> str:
 _ERA_FIELDS = frozenset({"layout.zero", "layout.sequence_parallel", "training.recompute"})
 
 
-def _runs(stack_id: str, zero: int | None, sequence_parallel: bool, recompute: str | None) -> bool:
+def _runs(
+    stack_id: str,
+    zero: int | None,
+    sequence_parallel: bool,
+    recompute: str | None,
+    model: ModelSpec | None = None,
+) -> bool:
     """Whether the shipped stack ``stack_id`` can run the stated ZeRO stage, sequence
-    parallelism and recompute (None: not stated), by :func:`planner.stacks.stack_violations`."""
+    parallelism and recompute (None: not stated), by :func:`planner.stacks.stack_violations`,
+    and the model (None: not asked), by :func:`planner.stacks.model_violations`."""
     stack = load_stack(stack_id)
+    if model is not None and model_violations(stack, model):
+        return False
     caps = stack.capabilities
     layout = Layout(
         sequence_parallel=sequence_parallel, zero=caps.zero_stages[0] if zero is None else zero
@@ -183,11 +205,12 @@ def stack_for_framework(
     zero: int | None = None,
     sequence_parallel: bool = False,
     recompute: str | None = None,
+    model: ModelSpec | None = None,
 ) -> tuple[str, str | None]:
     """The shipped stack id for a schema 1 case, and a note when the framework is not in the
     table (costed under the default stack); ``strict``: that is a PlannerError instead.
-    ``zero``, ``sequence_parallel`` and ``recompute`` are what the case states (None: not
-    stated): they pick among a framework's code bases (:data:`BY_CAPABILITY`)."""
+    ``zero``, ``sequence_parallel``, ``recompute`` and ``model`` are what the case states
+    (None: not stated): they pick among a framework's code bases (:data:`BY_CAPABILITY`)."""
     key = normalise(framework)
     if key not in FRAMEWORK_STACKS:
         valid = ", ".join(sorted(FRAMEWORK_STACKS))
@@ -199,7 +222,7 @@ def stack_for_framework(
         )
     has_fp8 = cluster.accelerator.peak_tflops.fp8 is not None
     eras = BY_CAPABILITY.get((key, has_fp8), ())
-    era = next((s for s in eras if _runs(s, zero, sequence_parallel, recompute)), None)
+    era = next((s for s in eras if _runs(s, zero, sequence_parallel, recompute, model)), None)
     stack = (
         (BY_ZERO3.get((key, has_fp8)) if (zero or 0) >= 3 else None)
         or BY_GENERATION.get((key, has_fp8))

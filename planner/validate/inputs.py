@@ -128,6 +128,7 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             cluster = cluster.with_power_limit(case.power_limit_w)
             notes.append(f"GPUs power-limited to {case.power_limit_w:.0f} W (as the source states)")
     else:
+        model, model_note = v1_model_structure(model)
         stack_id, note = stack_for_framework(
             case.framework,
             cluster,
@@ -136,10 +137,10 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             case.layout.zero,
             bool(case.layout.sequence_parallel),
             case.training.recompute,
+            model,
         )
         stack, enforce, listed = load_stack(stack_id), False, ()
         notes.append(note or f"framework {case.framework!r}: stack {stack_id}")
-        model, model_note = v1_model_structure(model)
         if model_note:
             notes.append(model_note)
     layout, training = _stated(case)

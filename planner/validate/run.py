@@ -24,7 +24,13 @@ from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
 from planner.specs.layout import Layout, Recompute, Training
 from planner.specs.loading import read_yaml_file
-from planner.stacks import applied_violation, apply_stack, stack_violations, training_defaults
+from planner.stacks import (
+    applied_violation,
+    apply_stack,
+    model_violations,
+    stack_violations,
+    training_defaults,
+)
 from planner.uncertainty import error_band
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
@@ -90,10 +96,13 @@ def run_case(raw: Any, profile_for: Any, schema: int = 1, strict: bool = False) 
 def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: Any) -> dict:
     """The row of one case: its stated inputs under its stack, the unstated knobs tuned."""
     i, notes = inputs, list(inputs.notes)
-    violation = applied_violation(i.stack, i.model, i.layout, i.training)
-    if violation is not None:
-        if i.enforce_stack:
-            raise violation
+    violations = [
+        *model_violations(i.stack, i.model),
+        *filter(None, [applied_violation(i.stack, i.model, i.layout, i.training)]),
+    ]
+    if violations and i.enforce_stack:
+        raise violations[0]
+    for violation in violations:
         notes.append(f"{' '.join(str(violation).split())}: costed as the case states it")
     rep = None  # the stated inputs' report, where no tuned one replaces it
     costed = (i.layout, i.training)  # the inputs behind ``rep``

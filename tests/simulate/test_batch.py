@@ -16,7 +16,8 @@ from planner.search.space import legal_layouts, stack_space
 from planner.simulate import simulate_step
 from planner.simulate.batch import BatchSimulator, Figures
 from planner.specs.layout import Training
-from planner.specs.loading import REPO_ROOT, shipped_ids
+from planner.specs.loading import REPO_ROOT, load_stack, shipped_ids
+from planner.stacks import model_violations
 
 MODELS = shipped_ids(REPO_ROOT / "models")
 STACKS = [None, *shipped_ids(REPO_ROOT / "stacks")]
@@ -36,10 +37,12 @@ def _candidates(model_id: str) -> list[tuple]:
     all pipeline schedules open, two sequence lengths and batches."""
     rng = random.Random(model_id)
     model = planner.load_model(model_id)
+    # the stacks whose code can express the model (a search under another is refused whole)
+    runnable = [s for s in STACKS if s is None or not model_violations(load_stack(s), model)]
     out = []
     for (cid, counts), seq, gb in zip(CLUSTERS, (4096, 2048, 8192), (64, 256, 128), strict=True):
         cluster = planner.load_cluster(cid)
-        for stack_id in rng.sample(STACKS, 3):
+        for stack_id in rng.sample(runnable, 3):
             stack = planner.load_stack(stack_id) if stack_id else None
             space = default_space(model, cluster, counts, seq)
             space.schedules = tuple(SCHEDULES)

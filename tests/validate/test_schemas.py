@@ -89,6 +89,36 @@ def test_framework_table_maps_names_to_shipped_stacks():
         stack_for_framework("my-own-trainer", h100, None, strict=True)
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"activation": "swiglu"}, "activation"), ({"kv_heads": 8}, "kv_heads"), ({}, None)],
+)
+def test_the_stated_model_dates_the_code_base(change: dict, field: str | None) -> None:
+    # a GLU activation, grouped-query attention or an untied output layer came with the 2023
+    # Megatron-LM code: an A100 row that states one is Megatron-Core's, as is a Megatron-
+    # DeepSpeed row after its rebase; GPT-3's GeLU, multi-head, tied model stays with 2021
+    a100 = planner.load_cluster("dgx-a100-80gb")
+    model = planner.load_model("gpt3-175b").model_copy(update=change)
+    lm = stack_for_framework("megatron-lm", a100, "bf16", zero=0, recompute="full", model=model)
+    ds = stack_for_framework("megatron-deepspeed", a100, "bf16", model=model)
+    modern = field is not None
+    assert lm[0] == ("megatron-core" if modern else "megatron-lm-2021")
+    assert ds[0] == ("megatron-deepspeed" if modern else "megatron-deepspeed-2022")
+    raw = _v1("gpt3-175b", cluster="dgx-a100-80gb", framework="megatron-lm", num_gpus=64)
+    raw["model"].update(change)
+    raw["layout"] = {"tp": 8, "pp": 8, "dp": 1, "zero": 0}
+    raw["training"].update(seq_len=2048, global_batch=64)
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and row["stack"] == lm[0], row["reason"]
+    # schema 2 names its stack: a model the stack cannot express is the case's error
+    raw2 = _v2("gpt3-175b", cluster="dgx-a100-80gb", framework="megatron-lm-2021", num_gpus=64)
+    raw2.update(model=raw["model"], layout=raw["layout"], training=raw["training"])
+    row2 = run_case(raw2, planner.default_profile, 2)
+    assert (row2["status"] == "error") == modern
+    if modern:
+        assert f"model.{field}" in row2["reason"] and "megatron-lm-2021" in row2["reason"]
+
+
 def test_every_table_entry_is_a_shipped_stack():
     from planner.validate.frameworks import (
         BY_GENERATION,
@@ -205,12 +235,15 @@ def test_notes_are_never_read():
 
 def test_v1_layout_outside_the_stack_is_costed_with_a_note_v2_is_refused():
     over = {"layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 2}, "cluster": "dgx-a100-80gb"}
-    v1 = run_case(_v1(framework="megatron-lm", **over), planner.default_profile)
-    # no Megatron-LM code base ran ZeRO 2: the newest (megatron-lm-2022) is named
-    assert v1["status"] == "ok" and "megatron-lm-2022" in v1["reason"]
+    v1 = run_case(_v1(framework="nemo", **over), planner.default_profile)
+    # NeMo's distributed optimizer is ZeRO 1: a ZeRO 2 row is costed as stated, and says so
+    assert v1["status"] == "ok" and "stack nemo" in v1["reason"]
     assert "cannot run ZeRO stage 2" in v1["reason"]
-    v2 = run_case(_v2(framework="megatron-lm-2021", **over), planner.default_profile, 2)
-    assert v2["status"] == "error" and "megatron-lm-2021" in v2["reason"]
+    v2 = run_case(_v2(framework="nemo", **over), planner.default_profile, 2)
+    assert v2["status"] == "error" and "nemo" in v2["reason"]
+    # Megatron-LM: the oldest code base that runs it (a ZeRO 2 Llama: Megatron-Core's FSDP)
+    lm = run_case(_v1(framework="megatron-lm", **over), planner.default_profile)
+    assert "stack megatron-core" in lm["reason"] and "cannot run" not in lm["reason"]
 
 
 # ------------------------------------------------------------------ schema 2 fields
@@ -287,8 +320,9 @@ def test_a_knob_the_stack_fixes_is_determined_not_ranged():
     """vpp left open on a stack whose pipeline runs 1F1B only: one legal setting, no range
     (it would count as a case with an unstated knob whose range is a point)."""
     raw = _v2(
+        "gpt3-1.3b",  # GeLU, multi-head, tied: a model the 2022 code could express
         layout={"tp": 1, "pp": 4, "dp": 2, "zero": 1},
-        training={"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "full"},
+        training={"seq_len": 2048, "global_batch": 64, "micro_batch": 1, "recompute": "full"},
     )
     raw["stack"] = "megatron-deepspeed-2022"
     raw["cluster"] = "dgx-a100-80gb"
