@@ -5,8 +5,9 @@
 Reads every schema 2 file under ``benchmarks/independent/`` (torchtitan FSDP2 eager / compiled /
 Float8 / async TP, DeepSpeed ZeRO, Megatron-DeepSpeed, llm-foundry, Megatron-Core, NeMo and
 Megatron-Bridge runs that are not in ``public.yaml``; sources in each case) and prints, per
-stack and over all curated runs (and, apart, per group of the bulk files such as vTrain's
-1,549 measured iterations, ``benchmarks/vtrain_import.py``): tokens/s/GPU MAPE, median, p90,
+stack and over all curated runs (and, apart, per group of the bulk files: vTrain's 1,549
+measured iterations, ``benchmarks/vtrain_import.py``, and the 121 runs of the Megatron-Bridge
+performance archive's other releases): tokens/s/GPU MAPE, median, p90,
 the runs predicted out of memory,
 the memory MAPE against the measured peak of the kind the source published (allocated or
 reserved), the share of runs with unstated knobs whose measurement falls in the predicted
@@ -24,9 +25,12 @@ import planner
 from planner.validate import read_case_file, run_case, summarize
 
 DIR = Path(__file__).resolve().parent / "independent"
-# files of many machine-generated runs from one source, reported apart from the curated
-# per-stack table so that they do not outweigh it
-BULK = {"vtrain.yaml": "vTrain measured iterations (Bang et al. 2024), Megatron-DeepSpeed, A100"}
+# files of many runs from one source, reported apart from the curated per-stack table so that
+# they do not outweigh it: file -> (title, how its runs are grouped)
+BRIDGE_TITLE = (
+    "Megatron-Bridge performance archive, releases 25.09-26.08 (25.11: public.yaml; 26.04.01: "
+    "others.yaml)"
+)
 
 
 def rows() -> list[dict]:
@@ -38,14 +42,30 @@ def rows() -> list[dict]:
             row = run_case(raw, planner.default_profile, schema)
             row["file"] = path.name
             row["tp"] = raw.get("layout", {}).get("tp")
+            row["moe"] = (raw.get("model") or {}).get("moe") is not None
             out.append(row)
     return out
 
 
 def _bulk_group(row: dict) -> str:
-    """A bulk run's group: single- or multi-node, and its tensor-parallel size."""
+    """A vTrain run's group: single- or multi-node, and its tensor-parallel size."""
     kind = "single" if "_single_" in row["id"] else "multi"
     return f"{kind} tp {row.get('tp', '?')}"
+
+
+def _bridge_group(row: dict) -> str:
+    """A Megatron-Bridge archive run's group: dense or MoE model, and its cluster."""
+    return f"{'moe' if row['moe'] else 'dense'} {row['cluster']}"
+
+
+BULK = {
+    "vtrain.yaml": (
+        "vTrain measured iterations (Bang et al. 2024), Megatron-DeepSpeed, A100",
+        _bulk_group,
+    ),
+    "bridge_2509_2602.yaml": (BRIDGE_TITLE, _bridge_group),
+    "bridge_2604_2608.yaml": (BRIDGE_TITLE, _bridge_group),
+}
 
 
 def _stats(group: list[dict]) -> str:
@@ -87,17 +107,24 @@ def main(argv: list[str] | None = None) -> None:
     for stack in sorted(by_stack):
         print(f"{stack:28}{_stats(by_stack[stack])}")
     print(f"{'all':28}{_stats(curated)}")
-    for file, title in BULK.items():
-        bulk = [r for r in all_rows if r["file"] == file]
+    tables: dict[str, tuple[list[str], object]] = {}  # title -> (files, grouping)
+    for file, (title, group_of) in BULK.items():
+        tables.setdefault(title, ([], group_of))[0].append(file)
+    for title, (files, group_of) in tables.items():
+        bulk = [r for r in all_rows if r["file"] in files]
         if not bulk:
             continue
-        print(f"\n{title} ({file})")
+        print(f"\n{title} ({', '.join(files)})")
         print(f"{'group':28}{head}")
         groups = defaultdict(list)
         for r in bulk:
-            groups[_bulk_group(r)].append(r)
+            groups[group_of(r)].append(r)
         for key in sorted(groups):
             print(f"{key:28}{_stats(groups[key])}")
+        for kind in ("dense", "moe"):
+            part = [r for r in bulk if r["moe"] == (kind == "moe")]
+            if part and len(part) < len(bulk):
+                print(f"{'all ' + kind:28}{_stats(part)}")
         print(f"{'all':28}{_stats(bulk)}")
 
 

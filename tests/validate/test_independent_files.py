@@ -15,7 +15,13 @@ FILES = sorted(DIR.glob("*.yaml"))
 
 
 def test_the_independent_set_has_its_files():
-    assert {p.name for p in FILES} >= {"torchtitan.yaml", "others.yaml", "vtrain.yaml"}
+    bridge = {"bridge_2509_2602.yaml", "bridge_2604_2608.yaml"}
+    assert {p.name for p in FILES} >= {"torchtitan.yaml", "others.yaml", "vtrain.yaml", *bridge}
+
+
+def test_case_ids_are_unique_across_the_files():
+    ids = [c["id"] for path in FILES for c in read_case_file(path)[1]]
+    assert len(ids) == len(set(ids))
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
