@@ -111,6 +111,18 @@ NOTES = """\
   MT-NLG and BLOOM's 2022 trials (+19..+40%; their ZeRO-1 and fp16 optimizers add no per-micro-batch
   fp32 pass, the BF16_Optimizer the final BLOOM run used does, and is costed since 2026-12-05: the
   public BLOOM-176B row +15 -> +9%), and float8 rowwise (+23..+62%). No fit reads these rows.
+* **The Megatron-Bridge archive's other releases** (2026-12-06; 113 independent runs of 25.09,
+  26.02.01, 26.04, 26.06, 26.06.01 and 26.08, their own table below the curated one, plus the
+  26.02 rows): dense rows on H100, B200 and GB200 fall 2-10% under (the later releases ran
+  faster than 25.11, whose public rows sit -11..+4%), and every GB300 row fell about 24% under:
+  GB300 has GB200's tensor peaks and profile, yet runs the same recipes about 1.2x faster
+  (1,400 W against 1,200 W). Measured, not assumed: `calibration/fit_device_ratio.py` fits
+  GB300's sustained fraction over Blackwell's on the four dense GB300 / GB200 pairs of the 26.02
+  release (a paired difference, so that the release cancels; x 1.2446), and the other releases'
+  GB300 rows check it (dense 24.2 -> 11.6%, MoE 14.4 -> 10.5%; docs/calibration.md). MoE rows
+  on DGX-B200 stay 32% off (DeepSeek-V3 at PP 16 about -36%: its recipes give the last pipeline
+  stage only the MTP layer and the loss, `--pipeline-model-parallel-layout`, which the planner's
+  even split cannot state; Qwen3-30B-A3B -18..-66%).
 * **Small models where the host binds: vTrain's 1,549 measured runs** (2026-12-06; Bang et al.
   2024, Megatron-DeepSpeed on A100, `benchmarks/vtrain_import.py`; their own table below the
   curated one). At micro-batch 1 a layer's forward, recompute and backward took 3.3-3.9 ms

@@ -29,7 +29,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 import planner
-from calibration.fit_public_profiles import GENERATION
+from calibration.fit_public_profiles import DEVICE_RATIOS, GENERATION
 from planner.profile import CalibrationProfile
 from planner.validate import read_case_file, run_case
 
@@ -37,7 +37,11 @@ OUT = Path(__file__).resolve().parent / "global_params.json"
 DEFAULT_CASES = Path(__file__).resolve().parent / "validation" / "public.yaml"
 # Every file this fit reads (tests/calibration/test_fit_inputs.py holds it to this list, and
 # keeps the independent check set out of every fit).
-READS = ("calibration/validation/public.yaml", "calibration/profiles/*.json")
+READS = (
+    "calibration/validation/public.yaml",
+    "calibration/profiles/*.json",
+    "calibration/device_ratios.json",
+)
 SCHEMA = 2  # of the case files it reads
 # A prior, not a fit: overlapped communication cannot cost more than half its time; an eager
 # framework op costs the host between 0 and 200 us.
@@ -63,11 +67,12 @@ BAND_QUANTILES = (0.05, 0.95)
 
 def _sf(x: np.ndarray, accel_id: str) -> float:
     """The sustained fraction ``x`` gives ``accel_id``'s generation (a generation without
-    public cases: the mean of the fitted ones)."""
+    public cases: the mean of the fitted ones), times the device's own measured ratio over
+    its generation (``calibration/device_ratios.json``, calibration/fit_device_ratio.py)."""
     gen = GENERATION[accel_id]
-    if gen in FITTED_GENERATIONS:
-        return float(x[FITTED_GENERATIONS.index(gen)])
-    return float(np.mean(x[:N_SF]))
+    base = x[FITTED_GENERATIONS.index(gen)] if gen in FITTED_GENERATIONS else np.mean(x[:N_SF])
+    ratios = json.loads(DEVICE_RATIOS.read_text()) if DEVICE_RATIOS.is_file() else {}
+    return float(base) * float(ratios.get(accel_id, {}).get("sustained_ratio", 1.0))
 
 
 def _with(profile: CalibrationProfile, x: np.ndarray) -> CalibrationProfile:

@@ -49,7 +49,11 @@ from planner.specs.loading import ACCELERATORS_DIR, load_accelerator, shipped_id
 
 # Every file this fit reads (tests/calibration/test_fit_inputs.py): the accelerator specs and
 # the three global numbers; the microbenchmark tables are transcribed in this module.
-READS = ("hardware_specs/accelerators/*.yaml", "calibration/global_params.json")
+READS = (
+    "hardware_specs/accelerators/*.yaml",
+    "calibration/global_params.json",
+    "calibration/device_ratios.json",
+)
 
 DIM_HALF = 64.0  # GEMM dimension at half efficiency: half a 128-wide tile (assumption)
 GEMM_FIXED_US = 4.0  # launch + wave tail per GEMM kernel (assumption)
@@ -311,14 +315,18 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
 
 
 GLOBAL_PARAMS = Path(__file__).resolve().parent / "global_params.json"
+# a device's in-training speed over its generation's, measured from paired published runs
+# (calibration/fit_device_ratio.py: GB300 over GB200)
+DEVICE_RATIOS = Path(__file__).resolve().parent / "device_ratios.json"
 
 
 def sustained_fraction(glob: dict, accel_id: str) -> float:
-    """The fitted sustained fraction of ``accel_id``'s generation (one number: every one)."""
+    """The fitted sustained fraction of ``accel_id``'s generation (one number: every one),
+    times the device's own ratio where ``calibration/fit_device_ratio.py`` measured one."""
     sf = glob["sustained_fraction"]
-    if isinstance(sf, dict):
-        return float(sf.get(GENERATION[accel_id], sf["default"]))
-    return float(sf)
+    base = float(sf.get(GENERATION[accel_id], sf["default"])) if isinstance(sf, dict) else float(sf)
+    ratios = json.loads(DEVICE_RATIOS.read_text()) if DEVICE_RATIOS.is_file() else {}
+    return round(base * float(ratios.get(accel_id, {}).get("sustained_ratio", 1.0)), 4)
 
 
 def global_params() -> dict:

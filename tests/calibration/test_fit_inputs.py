@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FITS = ("calibration.fit_global", "calibration.fit_public_profiles", "calibration.fit_measured")
+FITS = (
+    "calibration.fit_global",
+    "calibration.fit_public_profiles",
+    "calibration.fit_measured",
+    "calibration.fit_device_ratio",
+)
 INDEPENDENT = "benchmarks/independent"
 
 
