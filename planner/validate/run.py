@@ -134,9 +134,10 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
 def _with_fallback(i: CaseInputs, change: dict[str, Any]) -> Training:
     """The case's stated training with a schema 1 fallback's change (:func:`_fitting`) applied
     (a raised recompute level with its modules, :func:`_at_recompute`)."""
-    if "recompute" in change:
-        return _at_recompute(i, i.training, change["recompute"])
-    return i.training.with_changes(**change)
+    rest = {k: v for k, v in change.items() if k != "recompute"}
+    if "recompute" in change and change["recompute"] != i.training.recompute:
+        return _at_recompute(i, i.training, change["recompute"]).with_changes(**rest)
+    return i.training.with_changes(**rest)
 
 
 def _tuned(i: CaseInputs, training: Training, profile: Any) -> Any:
@@ -187,7 +188,8 @@ def _fitting(
     optimizer dtype bf16) or activation offload. Where its stated inputs do not fit, the first
     that fits, in that order (the fastest first, as unstated knobs are tuned): the largest
     reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`), else
-    the lightest heavier recompute (:func:`_recomputed`); the row says which. Else ``rep``
+    the lightest heavier recompute (:func:`_recomputed`), else host offload where the stack
+    runs it (:func:`_host_offloaded`); the row says which. Else ``rep``
     unchanged. With the report, the training change the fallback made (None: none fits), so
     that unstated knobs the stated inputs could not fit are tuned under it."""
     bf16_weights = training.precision in ("bf16", "fp8")
@@ -205,7 +207,55 @@ def _fitting(
     got, offload = _offloaded(rep, i, layout, training, profile, notes)
     if offload is not None:
         return got, {"offload_layers": offload}
-    return _recomputed(rep, i, layout, training, profile, notes, stated)
+    got, change = _recomputed(rep, i, layout, training, profile, notes, stated)
+    if change is not None:
+        return got, change
+    return _host_offloaded(rep, i, layout, training, profile, notes, stated)
+
+
+# host-memory savers a DeepSpeed stack runs (capabilities.optimizer_offload, checkpoint_offload)
+# that schema 1 cannot state: ZeRO-Offload's optimizer on the CPU, then full-recompute
+# checkpoints in host memory as well
+HOST_OFFLOADS: tuple[dict[str, bool], ...] = (
+    {"optimizer_offload": True},
+    {"optimizer_offload": True, "checkpoint_offload": True},
+)
+
+
+def _host_offloaded(
+    rep: Any,
+    i: CaseInputs,
+    layout: Layout,
+    training: Training,
+    profile: Any,
+    notes: list[str],
+    stated: frozenset[str] = frozenset(),
+) -> tuple[Any, dict[str, Any] | None]:
+    """The fallback after every recompute level: the ZeRO-Offload a DeepSpeed run may have used
+    (DeepSpeed's Azure blog runs of 1T-2T models on 1,024 A100s offload the optimizer and the
+    checkpoints), at the lightest recompute level that then fits (checkpoints in host memory
+    only with full recompute); else ``rep`` unchanged."""
+    levels = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(training.recompute) :]
+    trials = []
+    for level in levels:
+        at = _at_recompute(i, training, level) if level != training.recompute else training
+        for flags in HOST_OFFLOADS:
+            if flags.get("checkpoint_offload") and level != "full":
+                continue
+            label = ", ".join(flags) + (
+                f", recompute {level}" if level != training.recompute else ""
+            )
+            trials.append((label, at.with_changes(**flags), {**flags, "recompute": level}))
+    by_label = {label: change for label, _, change in trials}
+    found = _first_fit(i, layout, ((lb, t) for lb, t, _ in trials), profile, stated)
+    if found is None:
+        return rep, None
+    notes.append(
+        f"stated inputs need {rep.peak_memory_gib:.1f} GiB of {rep.usable_memory_gib:.1f} and "
+        f"no recompute level fits: schema 1 cannot state host offload; costed with {found[0]}, "
+        "the first that fits"
+    )
+    return found[1], by_label[found[0]]
 
 
 def _first_fit(

@@ -576,6 +576,39 @@ def test_schema_1_raises_recompute_only_to_a_level_the_stack_runs() -> None:
     assert "costed with recompute full (stated none)" in row["reason"]
 
 
+def _zero3_1t(schema: int) -> dict:
+    """A 1T GPT under ZeRO-3 alone on 1,024 A100s at full recompute (DeepSpeed's Azure blog
+    runs): does not fit unless the optimizer and the checkpoints go to host memory."""
+    make = _v1 if schema == 1 else _v2
+    return make(
+        "gpt-1008b",
+        cluster="dgx-a100-80gb",
+        num_gpus=1024,
+        framework="megatron-deepspeed" if schema == 1 else "megatron-deepspeed-2022",
+        layout={"tp": 1, "pp": 1, "dp": 1024, "zero": 3},
+        training={
+            "seq_len": 1024,
+            "micro_batch": 8,
+            "global_batch": 8192,
+            "recompute": "full",
+            "precision": "fp16",
+        },
+    )
+
+
+def test_schema_1_offloads_to_the_host_where_no_recompute_level_fits() -> None:
+    row = run_case(_zero3_1t(1), planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert "schema 1 cannot state host offload" in row["reason"]
+    assert "costed with optimizer_offload" in row["reason"]
+    # schema 2 states its offloads: without them the case does not fit, and says so
+    assert run_case(_zero3_1t(2), planner.default_profile, 2)["status"] == "infeasible"
+    # a stack without ZeRO-Offload is never given it
+    raw = _zero3_1t(1)
+    raw["framework"] = "megatron-core"
+    assert "host offload" not in run_case(raw, planner.default_profile, 1)["reason"]
+
+
 def test_schema_2_states_recompute_so_it_is_never_raised() -> None:
     row = run_case(_no_fit_without_recompute(2, 1), planner.default_profile, 2)
     assert row["status"] == "infeasible"
