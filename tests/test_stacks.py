@@ -330,6 +330,33 @@ def test_torchtitan_fsdp_under_a_pipeline_stays_gathered() -> None:
     assert not stack_layout_default(stack, piped) and stack_layout_default(mega, piped)
 
 
+def test_torchtitan_zero2_under_a_pipeline_defers_its_gradient_sync_too() -> None:
+    """torch.distributed.pipelining syncs FSDP gradients after the last micro-batch whatever
+    the reshard policy: ZeRO 2 (reshard never) under torchtitan with pp > 1 reduce-scatters
+    once per step, not per micro-batch, and holds the unreduced gradients meanwhile, as its
+    ZeRO 3 does; a ZeRO 2 stack without that pipeline (DeepSpeed, pp 1) still reduces each
+    micro-batch."""
+    model = planner.load_model("llama3.1-70b")
+    cluster = planner.load_cluster("dgx-h100")
+    stack = planner.load_stack("torchtitan-compiled")
+    tr = planner.Training(seq_len=8192, global_batch=64, micro_batch=1, recompute="full")
+    z2 = planner.simulate(model, cluster, planner.Layout(tp=8, pp=4, dp=4, zero=2), tr, stack=stack)
+    z3 = planner.simulate(model, cluster, planner.Layout(tp=8, pp=4, dp=4, zero=3), tr, stack=stack)
+    assert z2.plan is not None and z2.plan.recipe.dp_per_mb == 0.0
+    assert z2.memory_breakdown_gib["gradients"] == pytest.approx(
+        z3.memory_breakdown_gib["gradients"]
+    )
+    assert z2.time_breakdown_s["dp_comm"] <= z3.time_breakdown_s["dp_comm"]
+    ds = planner.simulate(
+        model,
+        cluster,
+        planner.Layout(dp=32, zero=2),
+        tr.with_changes(global_batch=128),
+        stack="deepspeed-zero",
+    )
+    assert ds.plan is not None and ds.plan.recipe.dp_per_mb > 0.0
+
+
 def test_deepspeed_pipeline_engine_reduces_gradients_after_the_flush() -> None:
     """Megatron-DeepSpeed under a pipeline runs DeepSpeed's PipelineEngine, which all-reduces
     the gradients once after the last backward: nothing of it overlaps, so the exposed DP time

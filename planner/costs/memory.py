@@ -218,7 +218,7 @@ def state_bytes(
     wd, gd, od = split(dense_params, shard)
     we, ge, oe = split(expert_params, expert_shard)
     gathered = gathered_params * param_gather_bytes(training) if layout.zero >= 3 else 0.0
-    unreduced = unreduced_grad_params * g_b if layout.zero >= 3 else 0.0
+    unreduced = unreduced_grad_params * g_b if layout.zero >= 2 else 0.0
     return StateBytes(wd + we + gathered, gd + ge + unreduced, od + oe)
 
 

@@ -174,9 +174,11 @@ def _collectives(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     if layout.overlap_dp_grad_reduce:
         reduce = comms.exposed_time_s(reduce, stage_bwd, fabric, bucket_frac)
         gather = comms.exposed_time_s(gather, stage_fwd, fabric, bucket_frac)
-    if layout.zero == 2 and m > 1:
+    if layout.zero == 2 and m > 1 and layout.zero3_reshard_after_forward:
         # sharded gradients cannot accumulate locally: every micro-batch reduce-scatters its
-        # gradients into the shard (ZeRO-2, Rajbhandari et al. 2020, section 5.2)
+        # gradients into the shard (ZeRO-2, Rajbhandari et al. 2020, section 5.2); not where
+        # the pipeline defers the gradient sync to the last micro-batch (torch.distributed.
+        # pipelining under torchtitan's FSDP, Layout.zero3_reshard_after_forward false): once
         return DataParallel(reduce, 0.0, gather, raw - gather, gather)
     return DataParallel(0.0, 0.0, reduce + gather, 0.0, raw)
 

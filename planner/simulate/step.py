@@ -277,6 +277,8 @@ def memory_peak(
         gathered = params.dense_layer_params + params.expert_layer_params
     elif layout.zero >= 3:  # the stage stays gathered; its gradients wait for the last backward
         gathered = unreduced = params.local
+    elif layout.zero == 2 and not layout.zero3_reshard_after_forward:
+        unreduced = params.local  # ZeRO 2 under the same deferred gradient sync
     st = memory.state_bytes(
         params.dense, params.stage_experts, layout, training, gathered, unreduced
     )

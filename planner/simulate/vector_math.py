@@ -44,6 +44,8 @@ def memory_columns(c: Columns, pp: int, zero: int, reshard: bool) -> Columns:
         gathered, unreduced = c.dense_layer + c.expert_layer, 0.0
     elif zero >= 3:
         gathered = unreduced = c.local
+    elif zero == 2 and not reshard:  # the gradient sync deferred to the last micro-batch
+        gathered, unreduced = 0.0, c.local
     else:
         gathered = unreduced = 0.0
 
@@ -62,7 +64,7 @@ def memory_columns(c: Columns, pp: int, zero: int, reshard: bool) -> Columns:
     wd, gd, od = split(c.dense, c.shard)
     we, ge, oe = split(c.experts, c.eshard)
     gathered_b = gathered * c.gather_b if zero >= 3 else 0.0
-    unreduced_b = unreduced * c.g_b if zero >= 3 else 0.0
+    unreduced_b = unreduced * c.g_b if zero >= 2 else 0.0
     weights, grads, opt = wd + we + gathered_b, gd + ge + unreduced_b, od + oe
     if pp > 1:
         last_act = c.act * c.first / c.vpp * c.last_chunks
@@ -108,7 +110,7 @@ def dp_columns(c: Columns, t: Columns, pl: dict, zero: int, reshard: bool) -> tu
         return np.where(t.oz3, hidden, 2 * (ag + copy) + rs), 0.0
     reduce = np.where(t.odp, exposed(t.c1, stage_bwd, cont, c.bucket), t.c1)
     gather = np.where(t.odp, exposed(t.c2, stage_fwd, cont, c.bucket), t.c2)
-    if zero == 2:
+    if zero == 2 and reshard:  # per micro-batch, unless the pipeline defers the gradient sync
         several = t.m > 1
         return np.where(several, reduce, 0.0), np.where(several, gather, reduce + gather)
     return 0.0, reduce + gather

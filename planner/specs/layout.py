@@ -104,7 +104,8 @@ class Layout(_Frozen):
         "micro-batch; false (torchtitan with pp > 1: reshard_after_forward=False, and "
         "torch.distributed.pipelining defers the gradient sync to the last micro-batch): the "
         "stage's parameters stay gathered and its bf16 gradients unreduced through the step, "
-        "with one all-gather and one reduce-scatter per layer per step",
+        "with one all-gather and one reduce-scatter per layer per step (ZeRO 2 too: one "
+        "reduce-scatter per step, not one per micro-batch)",
     )
     zero3_collectives: Zero3Collectives = Field(
         default="per_layer",
