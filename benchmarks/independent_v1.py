@@ -22,6 +22,7 @@ from typing import Any
 
 import planner
 from planner.validate import read_case_file, run_case, summarize
+from planner.validate.inputs import V1_MODEL_KEYS, V1_MOE_KEYS
 
 DIR = Path(__file__).resolve().parent / "independent"
 SKIP = {"vtrain.yaml"}
@@ -40,29 +41,9 @@ FRAMEWORK = {
     "megatron-deepspeed-2022": "megatron-deepspeed",
     "megatron-deepspeed": "megatron-deepspeed",
 }
-MODEL_KEYS = (
-    "name",
-    "layers",
-    "hidden",
-    "ffn_hidden",
-    "activation",
-    "heads",
-    "kv_heads",
-    "head_dim",
-    "vocab",
-    "tied_embeddings",
-    "moe",
-    "mla",
-)
-MOE_KEYS = (
-    "experts",
-    "top_k",
-    "expert_ffn_hidden",
-    "shared_experts",
-    "shared_expert_ffn_hidden",
-    "dense_layers",
-    "layer_freq",
-)
+# the model keys schema 1 states (planner/validate/inputs.py), its name and the MoE section
+MODEL_KEYS = ("name", *V1_MODEL_KEYS, "moe")
+MOE_KEYS = V1_MOE_KEYS
 LAYOUT_DEFAULTS = {
     "tp": 1,
     "pp": 1,
