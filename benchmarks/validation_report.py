@@ -77,17 +77,18 @@ NOTES = """\
   +91% (the B200 row is the EP conflict above). Also not costed: any sliding-window tile cost beyond the window. On 33 held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`;
   reconciled with their releases' scripts by the same rule on 2026-12-05: 19.5 -> 18.6%;
   the expert-bias loop: 18.6 -> 17.2%) the MAPE is 17.2%.
-* **Ranges over unstated knobs** (public schema 1: 12 of 23 rows in range): the tuned
+* **Ranges over unstated knobs** (public schema 1: 11 of 24 rows in range): the tuned
   prediction is the range's upper end, so a row the model predicts even slightly slow falls
   outside, and a range over interleaving depths alone is 1-7% wide. Above their ranges (the
-  model slow): Narayanan et al. 2021's pipeline-free 3.6B and 7.5B rows (-0.2 / -2.0%) and
-  Korthikanti et al. 2022's (-1.7..-7.1%). The 2022 rows ran Megatron-LM's 2022 code, which
-  runs the backward TP collectives under the weight gradients (costed since 2026-12-05 as
-  `megatron-lm-2022`); schema 1 cannot say so for the full-recompute baselines (nothing they
-  state needs the 2022 code), so they stay on `megatron-lm-2021` there, while the shipped
-  schema 2 copy names the 2022 stack. Below their ranges (the model fast): three Narayanan
-  pipeline rows by 0.1-0.7% of a 1-2% wide range, and DeepSeek-V3 on B200 (+11%). No range
-  is widened to cover them: the band below is the planner's statement of its own error.
+  model slow): seven Narayanan et al. 2021 rows by 0.1-2.5% (since the 2021 code's
+  per-micro-batch main_grad add is costed, 2026-12-06: three of them had been 0.1-0.7% below)
+  and Korthikanti et al. 2022's (1.3-14%). The 2022 rows ran Megatron-LM's 2022 code, which
+  runs the backward TP collectives under the weight gradients and accumulates the gradients
+  inside the weight-gradient GEMM (`megatron-lm-2022`); schema 1 cannot say so for the
+  full-recompute baselines (nothing they state needs the 2022 code), so they stay on
+  `megatron-lm-2021` there (10-14% above their ranges), while the shipped schema 2 copy names
+  the 2022 stack. Below its range (the model fast): DeepSeek-V3 on B200 (+11%). No range is
+  widened to cover them: the band below is the planner's statement of its own error.
 * **llm-foundry's published tables ran the Triton FlashAttention** (2026-12-06): the MPT
   benchmark tables ran `attn_impl: triton` (flash-attn's `flash_attn_triton.py`), and their
   rows' errors grew with the attention's share of the step (+20..+33% at 16k-65k tokens, about
@@ -118,7 +119,7 @@ NOTES = """\
   GB300 has GB200's tensor peaks and profile, yet runs the same recipes about 1.2x faster
   (1,400 W against 1,200 W). Measured, not assumed: `calibration/fit_device_ratio.py` fits
   GB300's sustained fraction over Blackwell's on the four dense GB300 / GB200 pairs of the 26.02
-  release (a paired difference, so that the release cancels; x 1.2446), and the other releases'
+  release (a paired difference, so that the release cancels; x 1.244), and the other releases'
   GB300 rows check it (dense 24.2 -> 11.6%, MoE 14.4 -> 10.5%; docs/calibration.md). MoE rows
   on DGX-B200 stay 32% off (DeepSeek-V3 at PP 16 about -36%: its recipes give the last pipeline
   stage only the MTP layer and the loss, `--pipeline-model-parallel-layout`, which the planner's

@@ -287,10 +287,29 @@ HP_GRAD_KERNELS_PER_TENSOR = 2  # the cast and the add
 HP_GRAD_MAX_ZERO = 1
 
 
+# Megatron-LM's local DDP hook before gradient-accumulation fusion (Training.grad_add_pass):
+# ``main_grad.add_(grad)`` reads the gradient (2 B) and the accumulator and writes it back
+GRAD_ADD_KERNELS_PER_TENSOR = 1
+
+
+def grad_pass_cost(training: Training) -> tuple[float, float]:
+    """(bytes per parameter, kernels per parameter tensor) of the training's per-micro-batch
+    gradient-accumulation pass: DeepSpeed BF16_Optimizer's upcast-and-add (HP_GRAD_*), else
+    Megatron-LM's main_grad add (fp32 accumulator in bf16 and fp32, the weights' dtype
+    otherwise), else none (0, 0)."""
+    if training.fp32_grad_accumulation_pass and training.precision == "bf16":
+        return float(HP_GRAD_BYTES_PER_PARAM), float(HP_GRAD_KERNELS_PER_TENSOR)
+    if training.grad_add_pass:
+        acc = 4.0 if training.precision in ("bf16", "fp32") else 2.0
+        return 2.0 + 2.0 * acc, float(GRAD_ADD_KERNELS_PER_TENSOR)
+    return 0.0, 0.0
+
+
 def hp_grad_pass_trains(training: Training) -> bool:
-    """Whether ``training`` runs the stack's BF16_Optimizer (Training.fp32_grad_accumulation_pass)
-    in bf16: the pass runs under every ZeRO stage up to ``HP_GRAD_MAX_ZERO``."""
-    return training.fp32_grad_accumulation_pass and training.precision == "bf16"
+    """Whether ``training`` runs a per-micro-batch gradient-accumulation pass
+    (:func:`grad_pass_cost`: the stack's BF16_Optimizer in bf16, or Megatron-LM's main_grad
+    add): it runs under every ZeRO stage up to ``HP_GRAD_MAX_ZERO``."""
+    return grad_pass_cost(training)[0] > 0.0
 
 
 def hp_grad_pass_applies(layout: Layout, training: Training) -> bool:
@@ -299,14 +318,18 @@ def hp_grad_pass_applies(layout: Layout, training: Training) -> bool:
     return hp_grad_pass_trains(training) and layout.zero <= HP_GRAD_MAX_ZERO
 
 
-def hp_grad_pass_s(params: float, tensors: float, hbm_bytes_per_s: float, kernel_s: float) -> float:
-    """Seconds of one micro-batch's bf16 -> fp32 gradient accumulation over ``params``
-    parameters in ``tensors`` tensors (Training.fp32_grad_accumulation_pass): memory bound, plus
-    the fixed cost ``kernel_s`` of each of its kernels."""
-    return (
-        params * HP_GRAD_BYTES_PER_PARAM / hbm_bytes_per_s
-        + HP_GRAD_KERNELS_PER_TENSOR * tensors * kernel_s
-    )
+def hp_grad_pass_s(
+    params: float,
+    tensors: float,
+    hbm_bytes_per_s: float,
+    kernel_s: float,
+    cost: tuple[float, float] = (HP_GRAD_BYTES_PER_PARAM, HP_GRAD_KERNELS_PER_TENSOR),
+) -> float:
+    """Seconds of one micro-batch's gradient-accumulation pass over ``params`` parameters in
+    ``tensors`` tensors at ``cost`` (bytes per parameter, kernels per tensor;
+    :func:`grad_pass_cost`): memory bound, plus the fixed cost ``kernel_s`` of each kernel."""
+    per_param, kernels = cost
+    return params * per_param / hbm_bytes_per_s + kernels * tensors * kernel_s
 
 
 CLIP_NORM_READ_BYTES = 4  # the fp32 gradient read once more for the clipping norm

@@ -100,9 +100,11 @@ def hp_grad_pass(ctx: Context, params: Params) -> tuple[float, float]:
         lambda: layer_param_tensors(model, layout, bias),
     )
     per_layer = params.dense_layer_params + params.expert_layer_params
-    layer_s = elementwise.hp_grad_pass_s(per_layer, tensors, dev.hbm_bytes_per_s, dev.mem_fixed_s)
+    cost = elementwise.grad_pass_cost(training)
+    bw, kernel = dev.hbm_bytes_per_s, dev.mem_fixed_s
+    layer_s = elementwise.hp_grad_pass_s(per_layer, tensors, bw, kernel, cost)
     table = flops.padded_vocab(model, layout, training) * model.hidden / layout.tp
-    table_s = elementwise.hp_grad_pass_s(table, 1.0, dev.hbm_bytes_per_s, dev.mem_fixed_s)
+    table_s = elementwise.hp_grad_pass_s(table, 1.0, bw, kernel, cost)
     return layer_s, table_s
 
 

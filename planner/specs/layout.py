@@ -314,6 +314,17 @@ class Training(_Frozen):
         "critical path (planner/costs/elementwise.py HP_GRAD_BYTES_PER_PARAM). Megatron-Core "
         "accumulates into fp32 main_grad inside the weight-gradient GEMM instead",
     )
+    grad_add_pass: bool = Field(
+        default=False,
+        description="after every micro-batch's backward each parameter tensor's gradient is "
+        "added into its main_grad buffer by a kernel of its own: Megatron-LM's local DDP "
+        "hook ``param.main_grad.add_(param.grad.data)`` (megatron/model/distributed.py at "
+        "3860e99526, 2021-08) before gradient-accumulation fusion (83b1e42f30, 2022-02) let "
+        "the weight-gradient GEMM accumulate in place; reads the gradient (2 B) and the "
+        "accumulator and writes it (2 x 2 B in fp16, 2 x 4 B in fp32, which bf16 requires: "
+        "--accumulate-allreduce-grads-in-fp32), on the critical path "
+        "(planner/costs/elementwise.py grad_pass_cost)",
+    )
     vocab_multiple: int = Field(
         default=128,
         ge=1,

@@ -162,6 +162,12 @@ class StackDataParallel(Spec):
         "gradient is cast to fp32 and added into an fp32 gradient buffer "
         "(Training.fp32_grad_accumulation_pass; DeepSpeed's BF16_Optimizer update_hp_grads)",
     )
+    grad_add_pass: bool = Field(
+        default=False,
+        description="every micro-batch's backward adds each parameter tensor's gradient into "
+        "its main_grad buffer in a kernel of its own (Training.grad_add_pass; Megatron-LM "
+        "before gradient-accumulation fusion)",
+    )
 
 
 class StackOverlap(Spec):

@@ -10,30 +10,27 @@ gets status "error" naming the field at fault; the run goes on.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
-from planner.legality import check_layout
 from planner.resources import cases_path
 from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
-from planner.specs.layout import Layout, Recompute, Training
+from planner.specs.layout import Training
 from planner.specs.loading import read_yaml_file
 from planner.stacks import (
     applied_violation,
     apply_stack,
     model_violations,
-    stack_violations,
-    training_defaults,
 )
 from planner.uncertainty import error_band
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
+from planner.validate.fallbacks import fitting, with_fallback
 from planner.validate.inputs import CaseInputs, case_inputs
 
 
@@ -120,24 +117,15 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
             i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
         )
     if not rep.fits and not isinstance(case, CaseV2):
-        rep, change = _fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
+        rep, change = fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
         if untuned and change is not None:  # the fallback that fits: unstated knobs tuned there
             try:
-                tuned = _tuned(i, _with_fallback(i, change), profile)
+                tuned = _tuned(i, with_fallback(i, change), profile)
             except PlannerError:
                 pass
             else:
                 rep = _record_tuned(out, case, tuned, notes)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
-
-
-def _with_fallback(i: CaseInputs, change: dict[str, Any]) -> Training:
-    """The case's stated training with a schema 1 fallback's change (:func:`_fitting`) applied
-    (a raised recompute level with its modules, :func:`_at_recompute`)."""
-    rest = {k: v for k, v in change.items() if k != "recompute"}
-    if "recompute" in change and change["recompute"] != i.training.recompute:
-        return _at_recompute(i, i.training, change["recompute"]).with_changes(**rest)
-    return i.training.with_changes(**rest)
 
 
 def _tuned(i: CaseInputs, training: Training, profile: Any) -> Any:
@@ -173,205 +161,6 @@ def _record_tuned(out: dict, case: Case | CaseV2, tuned: Any, notes: list[str]) 
             f"that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
         )
     return tuned.report
-
-
-# the reduced AdamW states a schema 1 case may have run, largest first (Training.optimizer_states)
-REDUCED_STATES = ("fp32_remainders", "bf16")
-
-
-def _fitting(
-    rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
-) -> tuple[Any, dict[str, Any] | None]:
-    """A measured run fitted. A schema 1 case cannot state the memory savers that leave the
-    step's time as it is or nearly so: reduced AdamW state (Apex / Transformer Engine
-    store_param_remainders, bf16 moments: NeMo 1's dgxc Nemotron-4 340B recipe sets the
-    optimizer dtype bf16) or activation offload. Where its stated inputs do not fit, the first
-    that fits, in that order (the fastest first, as unstated knobs are tuned): the largest
-    reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`), else
-    the lightest heavier recompute (:func:`_recomputed`), else host offload where the stack
-    runs it (:func:`_host_offloaded`); the row says which. Else ``rep``
-    unchanged. With the report, the training change the fallback made (None: none fits), so
-    that unstated knobs the stated inputs could not fit are tuned under it."""
-    bf16_weights = training.precision in ("bf16", "fp8")
-    stated = _violations(i.stack, layout, training)  # costed as stated: not held against a trial
-    if bf16_weights and training.optimizer_states == "fp32":
-        trials = ((s, training.with_changes(optimizer_states=s)) for s in REDUCED_STATES)
-        found = _first_fit(i, layout, trials, profile, stated)
-        if found is not None:
-            notes.append(
-                f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
-                f"{rep.usable_memory_gib:.1f}: schema 1 cannot state the optimizer's state "
-                f"dtypes; costed with optimizer_states {found[0]}, the largest that fits"
-            )
-            return found[1], {"optimizer_states": found[0]}
-    got, offload = _offloaded(rep, i, layout, training, profile, notes)
-    if offload is not None:
-        return got, {"offload_layers": offload}
-    got, change = _recomputed(rep, i, layout, training, profile, notes, stated)
-    if change is not None:
-        return got, change
-    return _host_offloaded(rep, i, layout, training, profile, notes, stated)
-
-
-# host-memory savers a DeepSpeed stack runs (capabilities.optimizer_offload, checkpoint_offload)
-# that schema 1 cannot state: ZeRO-Offload's optimizer on the CPU, then full-recompute
-# checkpoints in host memory as well
-HOST_OFFLOADS: tuple[dict[str, bool], ...] = (
-    {"optimizer_offload": True},
-    {"optimizer_offload": True, "checkpoint_offload": True},
-)
-
-
-def _host_offloaded(
-    rep: Any,
-    i: CaseInputs,
-    layout: Layout,
-    training: Training,
-    profile: Any,
-    notes: list[str],
-    stated: frozenset[str] = frozenset(),
-) -> tuple[Any, dict[str, Any] | None]:
-    """The fallback after every recompute level: the ZeRO-Offload a DeepSpeed run may have used
-    (DeepSpeed's Azure blog runs of 1T-2T models on 1,024 A100s offload the optimizer and the
-    checkpoints), at the lightest recompute level that then fits (checkpoints in host memory
-    only with full recompute); else ``rep`` unchanged."""
-    levels = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(training.recompute) :]
-    trials = []
-    for level in levels:
-        at = _at_recompute(i, training, level) if level != training.recompute else training
-        for flags in HOST_OFFLOADS:
-            if flags.get("checkpoint_offload") and level != "full":
-                continue
-            label = ", ".join(flags) + (
-                f", recompute {level}" if level != training.recompute else ""
-            )
-            trials.append((label, at.with_changes(**flags), {**flags, "recompute": level}))
-    by_label = {label: change for label, _, change in trials}
-    found = _first_fit(i, layout, ((lb, t) for lb, t, _ in trials), profile, stated)
-    if found is None:
-        return rep, None
-    notes.append(
-        f"stated inputs need {rep.peak_memory_gib:.1f} GiB of {rep.usable_memory_gib:.1f} and "
-        f"no recompute level fits: schema 1 cannot state host offload; costed with {found[0]}, "
-        "the first that fits"
-    )
-    return found[1], by_label[found[0]]
-
-
-def _first_fit(
-    i: CaseInputs,
-    layout: Layout,
-    trials: Iterable[tuple[str, Training]],
-    profile: Any,
-    stated: frozenset[str] = frozenset(),
-) -> tuple[str, Any] | None:
-    """The first ``(label, report)`` of ``trials`` whose step fits in memory and that asks the
-    case's stack for nothing it cannot run beyond ``stated`` (what the stated inputs already
-    asked, costed as given), else None."""
-    for label, trial in trials:
-        if not _violations(i.stack, layout, trial) <= stated:
-            continue
-        got = simulate_step(
-            i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
-        )
-        if got.fits:
-            return label, got
-    return None
-
-
-# recompute levels lighter to heavier (Training.recompute): what a schema 1 fallback may raise to
-RECOMPUTE_LEVELS: tuple[str, ...] = get_args(Recompute)
-
-
-def _at_recompute(i: CaseInputs, training: Training, level: str) -> Training:
-    """``training`` at recompute ``level`` (selective: with the stack's modules)."""
-    trial = training.with_changes(recompute=level, recompute_modules=None)
-    if level == "selective" and i.stack is not None:
-        modules = training_defaults(i.stack, i.model, trial).get("recompute_modules")
-        trial = trial.with_changes(recompute_modules=modules)
-    return trial
-
-
-def _recomputed(
-    rep: Any,
-    i: CaseInputs,
-    layout: Layout,
-    training: Training,
-    profile: Any,
-    notes: list[str],
-    stated: frozenset[str] = frozenset(),
-) -> tuple[Any, dict[str, Any] | None]:
-    """The last schema 1 fallback. Schema 1 requires a recompute value even where the source
-    gives none, so a stated ``none`` may be the case writer's assumption; a run that trained
-    fit. Where nothing that leaves the recompute as stated fits, the lightest heavier level the
-    stack runs that fits (selective with the stack's modules, then full), with a note that
-    says the stated inputs do not fit; else ``rep`` unchanged."""
-    heavier = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(training.recompute) + 1 :]
-    trials = ((level, _at_recompute(i, training, level)) for level in heavier)
-    found = _first_fit(i, layout, trials, profile, stated)
-    if found is None:
-        return rep, None
-    notes.append(
-        f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
-        f"{rep.usable_memory_gib:.1f} and nothing schema 1 cannot state makes them fit: "
-        f"costed with recompute {found[0]} (stated {training.recompute}), the lightest "
-        "that fits; the run trained, so the stated recompute or layout is doubtful"
-    )
-    return found[1], {"recompute": found[0]}
-
-
-def _violations(stack: Any, layout: Layout, training: Training) -> frozenset[str]:
-    """What the stack cannot run of ``training``, one message each (no stack: nothing)."""
-    if stack is None:
-        return frozenset()
-    return frozenset(str(e) for e in stack_violations(stack, layout, training))
-
-
-def _offloaded(
-    rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
-) -> tuple[Any, int | None]:
-    """A schema 1 case cannot state activation offload (Megatron-Core's
-    ``--cpu-offloading-num-layers``, which the GB200 recipes use): where its stated inputs do
-    not fit, the fewest offloaded layers that make them fit, if any (pp 1, no recompute, a
-    host link: :mod:`planner.legality`), with a note, and that count; else ``rep`` unchanged
-    and None."""
-    if layout.pp > 1 or training.recompute != "none" or training.offload_layers:
-
-        def legal(_: int) -> bool:
-            return False
-    else:
-
-        def legal(n: int) -> bool:
-            try:
-                check_layout(i.model, i.cluster, layout, training.with_changes(offload_layers=n))
-            except PlannerError:
-                return False
-            return True
-
-    def run(n: int) -> Any:
-        return simulate_step(
-            i.model,
-            i.cluster,
-            layout,
-            training.with_changes(offload_layers=n),
-            profile,
-            stack=i.stack,
-            enforce_stack=False,
-        )
-
-    top = i.model.layers - 1
-    if top < 1 or not legal(top) or not run(top).fits:
-        return rep, None
-    lo, hi = 0, top  # memory falls as layers leave: the fewest that fit, by bisection
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if run(mid).fits else (mid, hi)
-    notes.append(
-        f"stated inputs need {rep.peak_memory_gib:.1f} GiB of {rep.usable_memory_gib:.1f}: "
-        f"schema 1 cannot state activation offload; costed with the fewest offloaded layers "
-        f"that fit ({hi})"
-    )
-    return run(hi), hi
 
 
 def _case_result(

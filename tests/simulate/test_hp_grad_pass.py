@@ -76,3 +76,37 @@ def test_no_pass_in_fp16_or_under_zero_2_and_3(layout, training):
 def test_other_stacks_accumulate_in_place():
     for stack_id in ("megatron-core", "torchtitan-eager", "deepspeed-zero", "nemo"):
         assert not planner.load_stack(stack_id).data_parallel.fp32_grad_accumulation_pass
+
+
+# ------------------------------------- Megatron-LM's main_grad add (Training.grad_add_pass)
+
+
+def test_megatron_lm_2021_adds_each_gradient_into_main_grad_each_micro_batch():
+    """v2.5's local DDP hook (``param.main_grad.add_(param.grad.data)``) before gradient
+    accumulation fusion: 6 B per parameter in fp16 (fp16 accumulator), 10 B in bf16 (fp32
+    accumulator), one kernel per tensor; the 2022 code base accumulates in the GEMM."""
+    assert planner.load_stack("megatron-lm-2021").data_parallel.grad_add_pass
+    assert not planner.load_stack("megatron-lm-2022").data_parallel.grad_add_pass
+    fp16 = Training(seq_len=2048, global_batch=64, precision="fp16", grad_add_pass=True)
+    assert elementwise.grad_pass_cost(fp16) == (6.0, 1.0)
+    assert elementwise.grad_pass_cost(fp16.with_changes(precision="bf16")) == (10.0, 1.0)
+    assert elementwise.grad_pass_cost(fp16.with_changes(grad_add_pass=False)) == (0.0, 0.0)
+    layout = Layout(tp=2, pp=2, dp=2)
+    tr = Training(seq_len=2048, global_batch=64, micro_batch=1, recompute="full", precision="fp16")
+    old = planner.simulate(MODEL, CLUSTER, layout, tr, stack="megatron-lm-2021")
+    fused = planner.simulate(
+        MODEL, CLUSTER, layout, tr.with_changes(grad_add_pass=False), stack="megatron-lm-2021"
+    )
+    extra = (
+        old.time_breakdown_s["compute_memory_bound"]
+        - fused.time_breakdown_s["compute_memory_bound"]
+    )
+    assert extra > 0 and old.step_time_s > fused.step_time_s
+    # at least 6 B per parameter of the rank per micro-batch at the achieved HBM bandwidth; at
+    # most twice that (one kernel's fixed cost per tensor, the vocabulary table of an edge stage)
+    prof = planner.default_profile(CLUSTER)
+    bw = CLUSTER.accelerator.hbm_bandwidth_tb_per_s * 1e12 * prof.memory.eta("copy")
+    params_per_rank = MODEL.total_params / (layout.tp * layout.pp)
+    m = tr.global_batch // (tr.micro_batch * layout.dp)
+    bytes_only = m * 6.0 * params_per_rank / bw
+    assert 0.8 * bytes_only < extra < 2.0 * bytes_only
