@@ -287,7 +287,7 @@ def model_violations(stack: StackSpec, model: ModelSpec) -> list[PlannerError]:
     layer, multi-head latent attention (``capabilities.activations``, ``gqa``,
     ``untied_embeddings``, ``mla``)."""
     c = stack.capabilities
-    gqa = model.kv_heads < model.heads and model.mla is None
+    gqa = model.n_kv_heads < model.heads and model.mla is None
     checks = (
         (
             "model.activation",

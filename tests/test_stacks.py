@@ -143,6 +143,9 @@ def test_what_a_stack_cannot_run_is_refused_by_name(stack, layout, field) -> Non
 def test_a_legacy_stack_refuses_a_model_its_code_could_not_express(change, field) -> None:
     gpt = planner.load_model("gpt3-175b")  # GeLU, multi-head, tied: what the 2021 code ran
     assert not model_violations(planner.load_stack("megatron-lm-2021"), gpt)
+    # kv_heads unset means one K/V head per query head (ModelSpec.n_kv_heads): multi-head
+    unset = gpt.model_copy(update={"kv_heads": None})
+    assert not model_violations(planner.load_stack("megatron-lm-2021"), unset)
     model = gpt.model_copy(update=change)
     a100 = planner.load_cluster("dgx-a100-80gb")
     layout, training = Layout(tp=8, pp=8, dp=1), Training(seq_len=2048, global_batch=64)
