@@ -157,8 +157,9 @@ def _recomputed(
     notes: list[str],
     stated: frozenset[str] = frozenset(),
 ) -> tuple[Any, dict[str, Any] | None]:
-    """The last schema 1 fallback. Schema 1 requires a recompute value even where the source
-    gives none, so a stated ``none`` may be the case writer's assumption; a run that trained
+    """The recompute fallback (only host offload, :func:`_host_offloaded`, comes after it).
+    Schema 1 requires a recompute value even where the source gives none, so a stated
+    ``none`` may be the case writer's assumption; a run that trained
     fit. Where nothing that leaves the recompute as stated fits, the lightest heavier level the
     stack runs that fits (selective with the stack's modules, then full), with a note that
     says the stated inputs do not fit; else ``rep`` unchanged."""

@@ -16,9 +16,10 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
   (:func:`planner.stacks.model_violations`, the stacks' ``capabilities.activations``,
   ``gqa``, ``untied_embeddings``, ``mla``);
 * ``megatron-deepspeed`` on such a GPU is ``megatron-deepspeed-2022`` (the BLOOM / MT-NLG code:
-  full activation checkpointing only, no sequence parallelism), or, for a model that code could
-  not express, the fork after its July 2023 rebase on Megatron-LM, ``megatron-deepspeed``,
-  which is also the stack on Hopper and later;
+  full activation checkpointing only, no sequence parallelism), or, where the case states what
+  that code could not run (sequence parallelism, selective recompute, a model it could not
+  express), the fork after its July 2023 rebase on Megatron-LM, ``megatron-deepspeed``, which
+  is also the stack on Hopper and later;
 * ``megatron-lm`` with ``zero: 3`` on such a GPU ran DeepSpeed's ZeRO-3 of the day on
   Megatron's model (``deepspeed-zero3-2021``): Megatron-LM itself never had ZeRO-3 (its
   distributed optimizer is ZeRO-1), and Narayanan et al. 2021 section 5.2 compares with

@@ -74,6 +74,9 @@ def test_framework_table_maps_names_to_shipped_stacks():
     assert full[0] == "megatron-lm-2021"
     assert stack_for_framework("megatron-lm", h100, "bf16", zero=3)[0] == "megatron-core"
     assert stack_for_framework("megatron-deepspeed", a100, "bf16")[0] == "megatron-deepspeed-2022"
+    # the 2022 fork had full recompute only and no sequence parallelism: the rebased fork
+    sel = stack_for_framework("megatron-deepspeed", a100, "bf16", recompute="selective")
+    assert sel[0] == "megatron-deepspeed"
     assert stack_for_framework("megatron-deepspeed", h100, "bf16")[0] == "megatron-deepspeed"
     assert stack_for_framework("GPT-NeoX", a100, "fp16")[0] == "megatron-deepspeed-2022"
     assert stack_for_framework("gpt_neox", h100, "bf16")[0] == "megatron-deepspeed"
