@@ -136,7 +136,10 @@ NOTES = """\
   and at TP 8 and micro-batch 1 Megatron's fused softmax does not run (two score matrices per
   GPU, the kernel wants a multiple of 4); and Megatron's fp32 loss moves 52 B per logit, not
   20: 7.9% in schema 1 form, 10.5% as the schema 2 file states them (ZeRO stage unstated);
-  8.6% and 12.0% since the globals were refitted with llm-foundry's Triton kernel (below).
+  8.6% and 12.0% since the globals were refitted with llm-foundry's Triton kernel (below);
+  7.7% and 11.0% since the fp16 runs' per-micro-batch gradient add is costed (autograd adds
+  each gradient into the fp16 `.grad` under DeepSpeed's FP16 optimizer, from the second
+  micro-batch on; 2026-12-06).
   Left: single-node TP 8 (+12%), TP 16 across two nodes (+21%), pipelines at micro-batch 1-2
   (+10..+18%) and the compute-bound end (micro-batch 8 at hidden 2,048 predicted 8-17% slow).
 """

@@ -287,22 +287,34 @@ HP_GRAD_KERNELS_PER_TENSOR = 2  # the cast and the add
 HP_GRAD_MAX_ZERO = 1
 
 
-# Megatron-LM's local DDP hook before gradient-accumulation fusion (Training.grad_add_pass):
-# ``main_grad.add_(grad)`` reads the gradient (2 B) and the accumulator and writes it back
+# the add of Training.grad_accumulation_add (main_grad: Megatron-LM's local DDP hook,
+# ``main_grad.add_(grad)``; autograd: PyTorch's AccumulateGrad, ``grad += new``): one kernel per
+# parameter tensor reading the new gradient (2 B) and the accumulator and writing it back
 GRAD_ADD_KERNELS_PER_TENSOR = 1
 
 
 def grad_pass_cost(training: Training) -> tuple[float, float]:
     """(bytes per parameter, kernels per parameter tensor) of the training's per-micro-batch
     gradient-accumulation pass: DeepSpeed BF16_Optimizer's upcast-and-add (HP_GRAD_*), else
-    Megatron-LM's main_grad add (fp32 accumulator in bf16 and fp32, the weights' dtype
-    otherwise), else none (0, 0)."""
+    Megatron-LM's main_grad add (an fp32 accumulator in bf16 and fp32, fp16 otherwise), else
+    autograd's add into .grad (the weights' dtype), else none (0, 0)."""
     if training.fp32_grad_accumulation_pass and training.precision == "bf16":
         return float(HP_GRAD_BYTES_PER_PARAM), float(HP_GRAD_KERNELS_PER_TENSOR)
-    if training.grad_add_pass:
-        acc = 4.0 if training.precision in ("bf16", "fp32") else 2.0
-        return 2.0 + 2.0 * acc, float(GRAD_ADD_KERNELS_PER_TENSOR)
-    return 0.0, 0.0
+    kind = training.grad_accumulation_add
+    if kind == "none":
+        return 0.0, 0.0
+    wide = training.precision == "fp32" or (kind == "main_grad" and training.precision == "bf16")
+    acc = 4.0 if wide else 2.0
+    return 2.0 + 2.0 * acc, float(GRAD_ADD_KERNELS_PER_TENSOR)
+
+
+def grad_pass_share(training: Training, microbatches: float) -> float:
+    """The share of a step's micro-batches that run :func:`grad_pass_cost`'s pass: every one,
+    except autograd's add, which the first micro-batch skips (its gradient is stored)."""
+    bf16_pass = training.fp32_grad_accumulation_pass and training.precision == "bf16"
+    if training.grad_accumulation_add != "autograd" or bf16_pass or microbatches <= 0:
+        return 1.0
+    return max(microbatches - 1.0, 0.0) / microbatches
 
 
 def hp_grad_pass_trains(training: Training) -> bool:

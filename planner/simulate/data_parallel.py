@@ -73,7 +73,9 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     backward, and what that backward cannot hide shows (:mod:`planner.costs.host_offload`)."""
     dp = _collectives(ctx, stack, params)
     if elementwise.hp_grad_pass_applies(ctx.layout, ctx.training):
-        dp.hp_layer, dp.hp_table = hp_grad_pass(ctx, params)
+        share = elementwise.grad_pass_share(ctx.training, ctx.microbatches)
+        layer_s, table_s = hp_grad_pass(ctx, params)
+        dp.hp_layer, dp.hp_table = share * layer_s, share * table_s
     if ctx.training.optimizer_offload:
         link = ctx.cluster.accelerator.host_link_gb_per_s
         assert link is not None  # check_layout: optimizer_offload_needs_host

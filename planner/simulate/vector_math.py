@@ -143,6 +143,9 @@ def time_columns(
     per_mb, dp_step = dp_columns(c, t, pl, zero, reshard)
     # stages.rank_costs: the bf16 -> fp32 gradient pass (ZeRO 0 and 1 only) by layers and tables
     hp_on = 1.0 if zero <= HP_GRAD_MAX_ZERO else 0.0
+    # elementwise.grad_pass_share: autograd's add skips the first micro-batch
+    skips_first = t.consts[:, 10] > 0.0
+    hp_on = hp_on * np.where(skips_first, np.maximum(t.m - 1.0, 0.0) / t.m, 1.0)
     hp_layer, hp_table = hp_on * c.hp_layer, hp_on * c.hp_table
 
     def stage(n_layers: int, edge: dict, tables: float = 0.0) -> dict:

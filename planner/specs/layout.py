@@ -32,6 +32,8 @@ Execution = Literal["eager", "compiled", "cuda_graphs"]
 OptimizerKernel = Literal["fused", "foreach", "per_tensor"]
 OptimizerStates = Literal["fp32", "fp32_remainders", "bf16"]
 Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8"]
+# how a micro-batch's gradient joins the accumulated one (Training.grad_accumulation_add)
+GradAccumulationAdd = Literal["none", "main_grad", "autograd"]
 # recipes whose weights can be all-gathered already cast (one scale per tensor, or blocks that
 # serve both GEMM layouts): torchao enable_fsdp_float8_all_gather is tensorwise-only
 FP8_GATHER_RECIPES = ("delayed", "tensorwise", "mxfp8")
@@ -314,16 +316,19 @@ class Training(_Frozen):
         "critical path (planner/costs/elementwise.py HP_GRAD_BYTES_PER_PARAM). Megatron-Core "
         "accumulates into fp32 main_grad inside the weight-gradient GEMM instead",
     )
-    grad_add_pass: bool = Field(
-        default=False,
-        description="after every micro-batch's backward each parameter tensor's gradient is "
-        "added into its main_grad buffer by a kernel of its own: Megatron-LM's local DDP "
-        "hook ``param.main_grad.add_(param.grad.data)`` (megatron/model/distributed.py at "
-        "3860e99526, 2021-08) before gradient-accumulation fusion (83b1e42f30, 2022-02) let "
-        "the weight-gradient GEMM accumulate in place; reads the gradient (2 B) and the "
-        "accumulator and writes it (2 x 2 B in fp16, 2 x 4 B in fp32, which bf16 requires: "
-        "--accumulate-allreduce-grads-in-fp32), on the critical path "
-        "(planner/costs/elementwise.py grad_pass_cost)",
+    grad_accumulation_add: GradAccumulationAdd = Field(
+        default="none",
+        description="how each micro-batch's gradient joins the accumulated one when the "
+        "weight-gradient GEMM does not accumulate in place (Megatron-Core's "
+        "gradient_accumulation_fusion, from Megatron-LM 83b1e42f30, 2022-02, does): none; "
+        "main_grad: Megatron-LM's local DDP hook ``param.main_grad.add_(param.grad.data)`` "
+        "after every micro-batch (megatron/model/distributed.py at 3860e99526, 2021-08), "
+        "reading the gradient (2 B) and the accumulator and writing it (2 x 2 B in fp16, 2 x 4 "
+        "B in fp32, which bf16 requires); autograd: PyTorch's AccumulateGrad adds the new "
+        "gradient into .grad in place from the second micro-batch on (the first is stored), "
+        "2 + 2 x 2 B in fp16 / bf16 (DeepSpeed's engine under its FP16 optimizer); one kernel "
+        "per parameter tensor, on the critical path (planner/costs/elementwise.py "
+        "grad_pass_cost)",
     )
     vocab_multiple: int = Field(
         default=128,

@@ -35,6 +35,7 @@ from planner.specs.base import MAX_TEXT, Spec
 from planner.specs.layout import (
     CrossEntropy,
     Fp8Recipe,
+    GradAccumulationAdd,
     OptimizerKernel,
     Recompute,
     RecomputeModule,
@@ -162,11 +163,12 @@ class StackDataParallel(Spec):
         "gradient is cast to fp32 and added into an fp32 gradient buffer "
         "(Training.fp32_grad_accumulation_pass; DeepSpeed's BF16_Optimizer update_hp_grads)",
     )
-    grad_add_pass: bool = Field(
-        default=False,
-        description="every micro-batch's backward adds each parameter tensor's gradient into "
-        "its main_grad buffer in a kernel of its own (Training.grad_add_pass; Megatron-LM "
-        "before gradient-accumulation fusion)",
+    grad_accumulation_add: GradAccumulationAdd = Field(
+        default="none",
+        description="how each micro-batch's gradient joins the accumulated one where the "
+        "weight-gradient GEMM does not accumulate in place (Training.grad_accumulation_add): "
+        "none, main_grad (Megatron-LM's local DDP hook before gradient-accumulation fusion) "
+        "or autograd (PyTorch's AccumulateGrad into .grad)",
     )
 
 

@@ -14,8 +14,16 @@ MODEL = planner.load_model("gpt3-1.3b")
 STACK = "megatron-deepspeed-2022"
 
 
-def _step(layout: Layout, **training: object) -> planner.StepReport:
-    tr = Training(seq_len=2048, global_batch=64, micro_batch=1, recompute="full", **training)
+def _step(
+    layout: Layout, global_batch_override: int = 64, **training: object
+) -> planner.StepReport:
+    tr = Training(
+        seq_len=2048,
+        global_batch=global_batch_override,
+        micro_batch=1,
+        recompute="full",
+        **training,
+    )
     return planner.simulate(MODEL, CLUSTER, layout, tr, stack=STACK)
 
 
@@ -78,24 +86,35 @@ def test_other_stacks_accumulate_in_place():
         assert not planner.load_stack(stack_id).data_parallel.fp32_grad_accumulation_pass
 
 
-# ------------------------------------- Megatron-LM's main_grad add (Training.grad_add_pass)
+# ----------------------- the add of each micro-batch's gradient (Training.grad_accumulation_add)
 
 
 def test_megatron_lm_2021_adds_each_gradient_into_main_grad_each_micro_batch():
     """v2.5's local DDP hook (``param.main_grad.add_(param.grad.data)``) before gradient
     accumulation fusion: 6 B per parameter in fp16 (fp16 accumulator), 10 B in bf16 (fp32
-    accumulator), one kernel per tensor; the 2022 code base accumulates in the GEMM."""
-    assert planner.load_stack("megatron-lm-2021").data_parallel.grad_add_pass
-    assert not planner.load_stack("megatron-lm-2022").data_parallel.grad_add_pass
-    fp16 = Training(seq_len=2048, global_batch=64, precision="fp16", grad_add_pass=True)
+    accumulator), one kernel per tensor, every micro-batch; the 2022 code base accumulates in
+    the GEMM."""
+    assert planner.load_stack("megatron-lm-2021").data_parallel.grad_accumulation_add == (
+        "main_grad"
+    )
+    assert planner.load_stack("megatron-lm-2022").data_parallel.grad_accumulation_add == "none"
+    fp16 = Training(
+        seq_len=2048, global_batch=64, precision="fp16", grad_accumulation_add="main_grad"
+    )
     assert elementwise.grad_pass_cost(fp16) == (6.0, 1.0)
     assert elementwise.grad_pass_cost(fp16.with_changes(precision="bf16")) == (10.0, 1.0)
-    assert elementwise.grad_pass_cost(fp16.with_changes(grad_add_pass=False)) == (0.0, 0.0)
+    none = fp16.with_changes(grad_accumulation_add="none")
+    assert elementwise.grad_pass_cost(none) == (0.0, 0.0)
+    assert elementwise.grad_pass_share(fp16, 1) == 1.0  # the hook runs on every micro-batch
     layout = Layout(tp=2, pp=2, dp=2)
     tr = Training(seq_len=2048, global_batch=64, micro_batch=1, recompute="full", precision="fp16")
     old = planner.simulate(MODEL, CLUSTER, layout, tr, stack="megatron-lm-2021")
     fused = planner.simulate(
-        MODEL, CLUSTER, layout, tr.with_changes(grad_add_pass=False), stack="megatron-lm-2021"
+        MODEL,
+        CLUSTER,
+        layout,
+        tr.with_changes(grad_accumulation_add="none"),
+        stack="megatron-lm-2021",
     )
     extra = (
         old.time_breakdown_s["compute_memory_bound"]
@@ -110,3 +129,32 @@ def test_megatron_lm_2021_adds_each_gradient_into_main_grad_each_micro_batch():
     m = tr.global_batch // (tr.micro_batch * layout.dp)
     bytes_only = m * 6.0 * params_per_rank / bw
     assert 0.8 * bytes_only < extra < 2.0 * bytes_only
+
+
+def test_autograd_accumulation_skips_the_first_micro_batch():
+    """DeepSpeed's FP16 optimizer lets autograd add each gradient into .grad: nothing with one
+    micro-batch per step, (m - 1) / m of the main_grad hook's passes with m; bf16 runs take the
+    BF16_Optimizer's pass instead."""
+    stack = planner.load_stack(STACK)
+    assert stack.data_parallel.grad_accumulation_add == "autograd"
+    layout = Layout(tp=2, pp=1, dp=4, zero=1)
+    fp16 = {"precision": "fp16"}
+
+    def extra(global_batch: int) -> float:
+        on = _step(layout, **fp16, global_batch_override=global_batch)
+        off = _step(
+            layout, **fp16, global_batch_override=global_batch, grad_accumulation_add="none"
+        )
+        return on.step_time_s - off.step_time_s
+
+    assert extra(4) == 0.0  # one micro-batch per rank
+    two, eight = extra(8), extra(32)
+    # m passes of share (m - 1) / m: 1 pass's worth at m = 2, 7 at m = 8
+    assert two > 0.0 and eight == pytest.approx(7 * two, rel=0.05)
+    tr = Training(seq_len=2048, global_batch=32, precision="fp16", grad_accumulation_add="autograd")
+    assert elementwise.grad_pass_share(tr, 8) == 7 / 8
+    bf16 = tr.with_changes(precision="bf16", fp32_grad_accumulation_pass=True)
+    assert (
+        elementwise.grad_pass_cost(bf16) == (18.0, 2.0)
+        and elementwise.grad_pass_share(bf16, 8) == 1.0
+    )
