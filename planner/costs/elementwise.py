@@ -293,12 +293,18 @@ HP_GRAD_MAX_ZERO = 1
 GRAD_ADD_KERNELS_PER_TENSOR = 1
 
 
+def _bf16_optimizer_pass(training: Training) -> bool:
+    """Whether ``training`` runs DeepSpeed BF16_Optimizer's upcast-and-add (it takes precedence
+    over Training.grad_accumulation_add)."""
+    return training.fp32_grad_accumulation_pass and training.precision == "bf16"
+
+
 def grad_pass_cost(training: Training) -> tuple[float, float]:
     """(bytes per parameter, kernels per parameter tensor) of the training's per-micro-batch
     gradient-accumulation pass: DeepSpeed BF16_Optimizer's upcast-and-add (HP_GRAD_*), else
     Megatron-LM's main_grad add (an fp32 accumulator in bf16 and fp32, fp16 otherwise), else
     autograd's add into .grad (the weights' dtype), else none (0, 0)."""
-    if training.fp32_grad_accumulation_pass and training.precision == "bf16":
+    if _bf16_optimizer_pass(training):
         return float(HP_GRAD_BYTES_PER_PARAM), float(HP_GRAD_KERNELS_PER_TENSOR)
     kind = training.grad_accumulation_add
     if kind == "none":
@@ -311,8 +317,8 @@ def grad_pass_cost(training: Training) -> tuple[float, float]:
 def grad_pass_share(training: Training, microbatches: float) -> float:
     """The share of a step's micro-batches that run :func:`grad_pass_cost`'s pass: every one,
     except autograd's add, which the first micro-batch skips (its gradient is stored)."""
-    bf16_pass = training.fp32_grad_accumulation_pass and training.precision == "bf16"
-    if training.grad_accumulation_add != "autograd" or bf16_pass or microbatches <= 0:
+    autograd = training.grad_accumulation_add == "autograd"
+    if not autograd or _bf16_optimizer_pass(training) or microbatches <= 0:
         return 1.0
     return max(microbatches - 1.0, 0.0) / microbatches
 

@@ -23,7 +23,7 @@ from planner.validate.inputs import CaseInputs
 
 
 def with_fallback(i: CaseInputs, change: dict[str, Any]) -> Training:
-    """The case's stated training with a schema 1 fallback's change (:func:`_fitting`) applied
+    """The case's stated training with a schema 1 fallback's change (:func:`fitting`) applied
     (a raised recompute level with its modules, :func:`_at_recompute`)."""
     rest = {k: v for k, v in change.items() if k != "recompute"}
     if "recompute" in change and change["recompute"] != i.training.recompute:
