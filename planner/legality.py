@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from planner.costs.pipeline import stated_split_error
 from planner.divisors import divisors_text
 from planner.errors import PlannerError
-from planner.schedules import schedule_violation
+from planner.schedules import schedule_of, schedule_violation
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
@@ -132,6 +133,26 @@ def stages_within_layers(c: Candidate) -> Found | None:
             f"pp*vpp <= {c.model.layers + 2} (embedding and loss may count as stages)",
         )
     return None
+
+
+@_rule("stated_stage_split", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
+def stated_stage_split(c: Candidate) -> Found | None:
+    # an uneven split as Megatron-Core states it (num_layers_in_first/last_pipeline_stage, or a
+    # pipeline_model_parallel_layout whose middle ranks are even); V-shaped schedules place two
+    # chunks per rank, which these counts do not describe
+    first, last = c.layout.first_stage_layers, c.layout.last_stage_layers
+    if first is None and last is None:
+        return None
+    field = "layout.first_stage_layers" if first is not None else "layout.last_stage_layers"
+    if c.layout.pp > 1 and schedule_of(c.layout).placement == "v":
+        return (
+            field,
+            f"schedule {c.layout.pipeline_schedule} places two chunks per rank: a first / last "
+            "rank layer count does not describe its split",
+            "a schedule that is not V-shaped, or leave both unset",
+        )
+    wrong = stated_split_error(c.model.layers, c.layout.pp, first, last)
+    return None if wrong is None else (field, *wrong)
 
 
 @_rule("vpp_needs_pp", "pp", "vpp")
@@ -355,6 +376,7 @@ RULES: tuple[Rule, ...] = (
     stages_within_layers,
     vpp_needs_pp,
     schedule,
+    stated_stage_split,
     cp_divides_seq_len,
     cp_attention_only,
     ep_needs_experts,

@@ -113,6 +113,20 @@ CASES: dict[str, tuple] = {
         T,
         ("layout.schedule", "schedule 'interleaved' needs vpp >= 2", "vpp >= 2"),
     ),
+    "stated_stage_split": (
+        LLAMA,
+        H100,
+        {"pp": 4, "first_stage_layers": 4, "last_stage_layers": 3},  # 25 left for 2 ranks
+        T,
+        None,
+        {"pp": 4, "first_stage_layers": 4, "last_stage_layers": 2},  # 13 each in the middle
+        T,
+        (
+            "layout.first_stage_layers",
+            "32 layers do not split as first 4, last 3 over pp = 4: 25 layers left for 2 rank(s)",
+            "counts that leave a positive multiple of 2 layers to the 2 rank(s) not stated",
+        ),
+    ),
     "cp_divides_seq_len": (
         LLAMA,
         H100,

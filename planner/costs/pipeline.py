@@ -39,12 +39,71 @@ def layers_on_edge_stage(layers: int, pp: int) -> int:
     return layers // pp
 
 
-def layers_per_rank(layers: int, pp: int) -> list[int]:
-    """Layers of each pipeline rank: the edge ranks' share (:func:`layers_on_edge_stage`), the
-    rest over the middle ranks, the larger counts first (with pp = 2 the first rank takes the
-    odd layer; the step model costs both ranks with the larger share)."""
+def stage_layer_counts(
+    layers: int, pp: int, first: int | None = None, last: int | None = None
+) -> tuple[int, int, int]:
+    """(layers the step model costs on the first rank, on the last rank, on the busiest middle
+    rank). Stated ``first`` / ``last`` (checked by :func:`stated_split_error`): the ranks'
+    own counts. Otherwise both edge ranks :func:`layers_on_edge_stage` and the middle
+    :func:`layers_on_bottleneck_stage` (with pp = 2 both ranks the larger share)."""
+    if first is None and last is None:
+        edge = layers_on_edge_stage(layers, pp) if pp > 1 else layers
+        return edge, edge, layers_on_bottleneck_stage(layers, pp)
+    ranks = layers_per_rank(layers, pp, first, last)
+    return ranks[0], ranks[-1], max(ranks[1:-1], default=0)
+
+
+def _stated(first: int | None, last: int | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in (("first", first), ("last", last)) if v is not None)
+
+
+def stated_split_error(
+    layers: int, pp: int, first: int | None, last: int | None
+) -> tuple[str, str] | None:
+    """(what is wrong, what would be valid) with a stated first / last rank layer count, or
+    None when the split runs: the ranks whose count is not stated share the other layers
+    evenly and none of them is left empty (Megatron-Core TransformerConfig's uneven-PP checks:
+    ``num_layers_in_first/last_pipeline_stage``)."""
+    if first is None and last is None:
+        return None
+    if pp == 1:
+        return "a first / last stage layer count needs pp > 1", "pp >= 2, or leave both unset"
+    stated = (first or 0) + (last or 0)
+    free = pp - (first is not None) - (last is not None)
+    rest = layers - stated
+    if rest < 0 or (free == 0 and rest) or (free and (rest <= 0 or rest % free)):
+        valid = (
+            f"first + last = {layers} (pp = 2: no other rank)"
+            if free == 0
+            else f"counts that leave a positive multiple of {free} layers to the {free} "
+            "rank(s) not stated"
+        )
+        return (
+            f"{layers} layers do not split as {_stated(first, last)} over pp = {pp}: "
+            f"{rest} layers left for {free} rank(s)",
+            valid,
+        )
+    return None
+
+
+def layers_per_rank(
+    layers: int, pp: int, first: int | None = None, last: int | None = None
+) -> list[int]:
+    """Layers of each pipeline rank. Stated ``first`` / ``last`` (Layout.first_stage_layers /
+    last_stage_layers, checked by :func:`stated_split_error`): the other ranks share the rest
+    evenly. Otherwise the edge ranks' share (:func:`layers_on_edge_stage`), the rest over the
+    middle ranks, the larger counts first (with pp = 2 the first rank takes the odd layer; the
+    step model costs both ranks with the larger share)."""
     if pp == 1:
         return [layers]
+    if first is not None or last is not None:
+        free = pp - (first is not None) - (last is not None)
+        each = (layers - (first or 0) - (last or 0)) // free if free else 0
+        return (
+            [each if first is None else first]
+            + [each] * (pp - 2)
+            + [each if last is None else last]
+        )
     edge = layers_on_edge_stage(layers, pp)
     middle = layers - 2 * edge
     if pp == 2:

@@ -81,7 +81,9 @@ class OneF1B(Schedule):
         return _loop_bubble_s(stages, chunks)
 
     def peak_chunks(self, rank: int, pp: int, chunks: int, microbatches: int) -> int:
-        return min(microbatches, pp) if rank == 0 else 1
+        # rank r warms up with pp - r - 1 forwards, then holds one more (Megatron-LM
+        # forward_backward_pipelining_without_interleaving: num_warmup_microbatches)
+        return min(microbatches, pp - rank)
 
     def orders(self, pp: int, chunks: int, microbatches: int) -> list[list[Op]]:
         return [rank_order(r, pp, 1, microbatches) for r in range(pp)]
@@ -113,9 +115,10 @@ class Interleaved1F1B(OneF1B):
         return found
 
     def peak_chunks(self, rank: int, pp: int, chunks: int, microbatches: int) -> int:
-        if rank == 0:
-            return min(microbatches * chunks, pp * (chunks + 1) - 1)
-        return 1
+        # Megatron-LM forward_backward_pipelining_with_interleaving: (pp - r - 1) * 2 +
+        # (chunks - 1) * pp warm-up forward chunks, then one more in flight (rank 0:
+        # pp * (chunks + 1) - 1)
+        return min(microbatches * chunks, 2 * (pp - rank - 1) + (chunks - 1) * pp + 1)
 
     def orders(self, pp: int, chunks: int, microbatches: int) -> list[list[Op]]:
         return [rank_order(r, pp, chunks, microbatches) for r in range(pp)]

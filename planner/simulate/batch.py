@@ -93,7 +93,11 @@ _VIOLATION_LAYOUT = operator.attrgetter(
 )
 _UNKNOWN = object()
 # what the memory peak reads beyond the layers: the pipeline, its schedule, DP and ZeRO
-_PEAK_LAYOUT = operator.attrgetter("pp", "vpp", "schedule", "dp", "zero")
+_PEAK_LAYOUT = operator.attrgetter(
+    "pp", "vpp", "schedule", "dp", "zero", "first_stage_layers", "last_stage_layers"
+)
+# how the layers split over the pipeline ranks
+_SPLIT = operator.attrgetter("pp", "first_stage_layers", "last_stage_layers")
 _LAYER_TRAINING = operator.attrgetter(*LAYER_TRAINING_FIELDS)
 _Peak = tuple[dict[str, float], str, float, "Params"]  # memory_peak's GiB, rank, total, params
 # the vector path's memo (planner/simulate/vector.py): key -> id dicts and tables by id
@@ -287,7 +291,8 @@ class BatchSimulator:
         part = self._layers.get(mkey)
         if part is None:
             kinds, act_layer = layer_memory(ctx)
-            terms = activation_terms(ctx, self._stack(mkey, kinds, act_layer, ctx.layout.pp, None))
+            stack = self._stack(mkey, kinds, act_layer, _SPLIT(ctx.layout), None)
+            terms = activation_terms(ctx, stack)
             part = self._layers[mkey] = _Layers(kinds, act_layer, terms)
         return part
 
@@ -304,18 +309,19 @@ class BatchSimulator:
         return t
 
     def _stack(
-        self, key: tuple, kinds: list, act_layer: float, pp: int, timed: _Timed | None
+        self, key: tuple, kinds: list, act_layer: float, split: tuple, timed: _Timed | None
     ) -> Stack:
-        """The layer stack with the layers on the most loaded rank of ``pp`` stages: without
-        time costs (what the memory reads) when ``timed`` is None."""
-        k = (key, pp, timed is not None)
+        """The layer stack with the layers on the most loaded rank of ``split`` (pp and the
+        stated first / last rank counts): without time costs (what the memory reads) when
+        ``timed`` is None."""
+        k = (key, split, timed is not None)
         s = self._stacks.get(k)
         if s is None:
             s = self._stacks[k] = Stack(
                 kinds,
                 timed.stack.costs if timed else [],
                 timed.stack.per_layer if timed else {},
-                pipeline.layers_on_bottleneck_stage(self.model.layers, pp),
+                max(pipeline.stage_layer_counts(self.model.layers, *split)),
                 act_layer,
             )
         return s
@@ -344,7 +350,7 @@ class BatchSimulator:
         key = (mkey, _OVERLAPS(layout))
         part = self._layer_part(mkey, ctx)
         t = self._timed(key, part, ctx)
-        stack = self._stack(key, part.kinds, part.act_layer, layout.pp, t)
+        stack = self._stack(key, part.kinds, part.act_layer, _SPLIT(layout), t)
         pp_s = self._pp_send(key, ctx)
         dp = self._dp_traffic(key, ctx, stack, params)
         ranks = rank_costs(ctx, stack, t.emb, t.head, pp_s, dp)
@@ -362,8 +368,9 @@ class BatchSimulator:
         """The memory peak of ``ctx`` (memory_peak's GiB by category and rank, their sum)
         and the parameters per GPU it was priced from."""
         part = self._layer_part(mkey, ctx)
-        stack = self._stack(mkey, part.kinds, part.act_layer, ctx.layout.pp, None)
-        pkey = (mkey, ctx.layout.pp, ctx.both_ends)
+        split = _SPLIT(ctx.layout)
+        stack = self._stack(mkey, part.kinds, part.act_layer, split, None)
+        pkey = (mkey, split, ctx.both_ends)
         params = self._params.get(pkey)
         if params is None:
             params = self._params[pkey] = params_per_gpu(ctx, stack)

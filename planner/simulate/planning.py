@@ -17,6 +17,7 @@ from planner.simulate.stages import (
     RankCosts,
     Stack,
     stage_categories,
+    stage_counts,
 )
 
 
@@ -84,19 +85,22 @@ def stage_plans(
             plan(range(1, pp), "middle", stack.layer_max, ranks.stages[1], ()),
         )
         return plans, recipe, 0 if ranks.bottleneck == 0 else 1
-    edge_n = pipeline.layers_on_edge_stage(model.layers, pp)
-    plans = [plan((0,), "first", edge_n, ranks.stages[0], ((0, emb, emb_f),))]
-    per_rank = pipeline.layers_per_rank(model.layers, pp)[1:-1]
+    first_n, last_n, middle_n = stage_counts(ctx)
+    layout = ctx.layout
+    plans = [plan((0,), "first", first_n, ranks.stages[0], ((0, emb, emb_f),))]
+    per_rank = pipeline.layers_per_rank(
+        model.layers, pp, layout.first_stage_layers, layout.last_stage_layers
+    )[1:-1]
     if per_rank:
-        per_rank[0] = stack.layer_max  # the middle rank the step model costs
+        per_rank[0] = middle_n  # the middle rank the step model costs
     groups: dict[float, list[int]] = {}
     for r, n in enumerate(per_rank, start=1):
         groups.setdefault(n, []).append(r)
     for n, rks in groups.items():
-        cats = ranks.stages[2] if n == stack.layer_max else None
+        cats = ranks.stages[2] if n == middle_n else None
         if cats is None:
             cats = stage_categories(n, stack.per_layer, pp_s, dp.per_mb, {})
         plans.append(plan(rks, "middle", n, cats, ()))
-    plans.append(plan((pp - 1,), "last", edge_n, ranks.stages[1], ((v - 1, head, head_f),)))
+    plans.append(plan((pp - 1,), "last", last_n, ranks.stages[1], ((v - 1, head, head_f),)))
     bottleneck = (0, pp - 1, 1)[ranks.bottleneck]
     return tuple(plans), recipe, bottleneck

@@ -124,6 +124,15 @@ class Stack:
     act_layer: float  # activation bytes one micro-batch keeps per layer (mean over kinds)
 
 
+def stage_counts(ctx: Context) -> tuple[int, int, int]:
+    """(layers on the first rank, on the last, on the busiest middle rank) of ``ctx``'s layout
+    (:func:`planner.costs.pipeline.stage_layer_counts`: stated or the even split)."""
+    layout = ctx.layout
+    return pipeline.stage_layer_counts(
+        ctx.model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers
+    )
+
+
 def layer_memory(ctx: Context) -> tuple[list[tuple[LayerSpec, float]], float]:
     """(each layer kind and its share of the layers, the activation bytes one micro-batch keeps
     per layer, the mean over the kinds): what the memory peak needs of the layers."""
@@ -155,7 +164,7 @@ def layer_stack(
         kinds,
         costs,
         mean_costs(costs),
-        pipeline.layers_on_bottleneck_stage(model.layers, layout.pp),
+        max(stage_counts(ctx)),
         act_layer,
     )
 
@@ -408,11 +417,11 @@ def rank_costs(
         k = max(range(2), key=totals.__getitem__)
         return RankCosts(stages, totals[k], totals[0] + (layout.pp - 1) * totals[1], k)
     else:
-        edge_layers = pipeline.layers_on_edge_stage(model.layers, layout.pp)
-        stages = [stage(edge_layers, emb, 1.0), stage(edge_layers, head, 1.0)]
+        first_n, last_n, middle_n = stage_counts(ctx)
+        stages = [stage(first_n, emb, 1.0), stage(last_n, head, 1.0)]
         if layout.pp > 2:
-            stages.append(stage(stack.layer_max, {}))
-            middle = model.layers - 2 * edge_layers  # over pp - 2 stages
+            stages.append(stage(middle_n, {}))
+            middle = model.layers - first_n - last_n  # over pp - 2 stages
             layer_s = sum(per_layer[k] for k in LAYER_KEYS) + dp.hp_layer
             t_sum_extra = middle * layer_s + (layout.pp - 2) * (pp_s + dp.per_mb)
         else:

@@ -36,6 +36,7 @@ from planner.simulate.stages import (
     params_per_gpu,
     pp_send_s,
     rank_costs,
+    stage_counts,
 )
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -254,12 +255,12 @@ def activation_terms(ctx: Context, stack: Stack) -> tuple[float, float]:
 def memory_peak(
     ctx: Context, stack: Stack, params: Params, terms: tuple[float, float] | None = None
 ) -> tuple[dict[str, float], str]:
-    """(GiB by category on the peak rank, which rank: first, last or only). ``terms``:
+    """(GiB by category on the peak rank, which rank: first, middle, last or only). ``terms``:
     :func:`activation_terms`' result when the caller has it."""
-    model, layout, training = ctx.model, ctx.layout, ctx.training
+    layout, training = ctx.layout, ctx.training
     full_one, logits_mem = terms or activation_terms(ctx, stack)
     pp, vpp, m = layout.pp, ctx.vpp, ctx.microbatches
-    first_layers = pipeline.layers_on_edge_stage(model.layers, pp) if pp > 1 else model.layers
+    first_layers, last_layers, middle_layers = stage_counts(ctx)
     in_flight = memory.layers_in_flight(first_layers, pp, vpp, m, ctx.schedule)
     if training.offload_layers:
         # offloaded layers leave the GPU but for the one in transit (pp is 1: legality)
@@ -285,14 +286,17 @@ def memory_peak(
     if pp > 1 and not ctx.both_ends:
         # the last stage holds its micro-batches in flight (one, for 1F1B) and the logits
         last_act = (
-            stack.act_layer * first_layers / vpp * ctx.schedule.peak_chunks(pp - 1, pp, vpp, m)
+            stack.act_layer * last_layers / vpp * ctx.schedule.peak_chunks(pp - 1, pp, vpp, m)
         )
-        first_total = activations
-        last_total = last_act + logits_mem
-        stage_name = "first" if first_total >= last_total else "last"
-        act_peak, logit_peak = (
-            (activations, 0.0) if stage_name == "first" else (last_act, logits_mem)
-        )
+        peaks = [("first", activations, 0.0), ("last", last_act, logits_mem)]
+        if pp > 2:
+            # the second rank holds one micro-batch fewer than the first, of its own layers:
+            # the peak where the middle ranks carry more layers than the edges
+            mid_act = stack.act_layer * memory.layers_in_flight(
+                middle_layers, pp, vpp, m, ctx.schedule, rank=1
+            )
+            peaks.insert(1, ("middle", mid_act + full_one, 0.0))
+        stage_name, act_peak, logit_peak = max(peaks, key=lambda p: p[1] + p[2])
     elif pp > 1:  # V placement: rank 0 holds the first and the last chunk
         stage_name, act_peak, logit_peak = "first", activations, logits_mem
     else:

@@ -159,6 +159,9 @@ class VectorPass:
             if not info.covered:
                 self.fallback.append(i)
                 continue
+            if layout.first_stage_layers is not None or layout.last_stage_layers is not None:
+                self.fallback.append(i)  # a stated pipeline split: the one-candidate path
+                continue
             a, update = self.applied(layout)
             self.row_of[i] = (info, update)
             if stacked:  # what the stack cannot run, under the one-layout path's key
@@ -346,7 +349,7 @@ _LOOP = OneF1B.bubble_s
 # a figure below this in magnitude: a sum of a few dozen of them is finite (Evaluator._accept)
 BOUND = 1e300
 MEM_KEYS = ("weights", "gradients", "optimizer_states", "activations", "logits", "overhead")
-STAGE_NAMES = ("first", "last", "only")
+STAGE_NAMES = ("first", "last", "only", "middle")
 # the time breakdown: the rank categories (stages.stage_categories), then the step's own
 CATEGORIES = tuple(stage_categories(0.0, dict.fromkeys(PER_LAYER, 0.0), 0.0, 0.0, {}))
 TIME_KEYS = (*CATEGORIES, "pipeline_bubble", "optimizer")

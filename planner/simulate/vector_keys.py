@@ -56,8 +56,9 @@ def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
     try:
         ctx = vp.ctx(i)
         mkey, part = memo["mid_rows"][mid]
-        stack = sim._stack(mkey, part.kinds, part.act_layer, pp, None)
-        pkey = (mkey, pp, ctx.both_ends)
+        split = (pp, None, None)  # the vector path's candidates split evenly (vector.py)
+        stack = sim._stack(mkey, part.kinds, part.act_layer, split, None)
+        pkey = (mkey, split, ctx.both_ends)
         params = sim._params.get(pkey)
         if params is None:
             params = sim._params[pkey] = params_per_gpu(ctx, stack)
@@ -91,12 +92,14 @@ def sim_errors() -> type[Exception]:
 
 def new_flight(memo: dict, layers: int, pp: int, vpp: int, m: int, sched) -> int:  # noqa: ANN001
     """Intern the activations in flight of (pp, vpp, micro-batches, schedule): the first
-    rank's layers' worth (memory.layers_in_flight) and the last rank's chunks."""
-    first = pipeline.layers_on_edge_stage(layers, pp) if pp > 1 else layers
+    rank's layers' worth (memory.layers_in_flight), the last rank's chunks and the second
+    rank's layers' worth (0 without middle ranks)."""
+    first, _, middle = pipeline.stage_layer_counts(layers, pp)
     fid = memo["flight"][pp, vpp, m, sched] = len(memo["flight_num"])
     in_flight = memory.layers_in_flight(first, pp, vpp, m, sched)
     last = sched.peak_chunks(pp - 1, pp, vpp, m) if pp > 1 else 0
-    memo["flight_num"].append((in_flight, last))
+    mid = memory.layers_in_flight(middle, pp, vpp, m, sched, rank=1) if pp > 2 else 0.0
+    memo["flight_num"].append((in_flight, last, mid))
     return fid
 
 
@@ -121,6 +124,7 @@ def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:
         **{name: pt[pidx, j] for j, name in enumerate(PID_COLUMNS)},
         in_flight=ft[fidx, 0],
         last_chunks=ft[fidx, 1],
+        mid_in_flight=ft[fidx, 2],
         first=pipeline.layers_on_edge_stage(layers, pp) if pp > 1 else layers,
         vpp=r[:, ROW.vpp].astype(np.float64),
         w_b=tt[tix, 0],

@@ -37,7 +37,7 @@ class Columns:
 
 def memory_columns(c: Columns, pp: int, zero: int, reshard: bool) -> Columns:
     """``memory_peak`` of every candidate: ``table`` (GiB by category, MEM_KEYS order),
-    ``total`` (their sum), ``stage`` (0 first, 1 last, 2 only)."""
+    ``total`` (their sum), ``stage`` (0 first, 1 last, 2 only, 3 middle)."""
     activations = c.act * c.in_flight
     activations = activations + c.full_one  # 0 unless full recompute (activation_terms)
     if zero >= 3 and reshard:
@@ -69,10 +69,12 @@ def memory_columns(c: Columns, pp: int, zero: int, reshard: bool) -> Columns:
     if pp > 1:
         last_act = c.act * c.first / c.vpp * c.last_chunks
         last_total = last_act + c.logits
-        first = activations >= last_total
-        act_peak = np.where(first, activations, last_act)
-        logit_peak = np.where(first, 0.0, c.logits)
-        stage = np.where(first, 0, 1)
+        mid_act = c.act * c.mid_in_flight + c.full_one if pp > 2 else -np.inf
+        first = (activations >= mid_act) & (activations >= last_total)
+        mid = ~first & (mid_act >= last_total)
+        act_peak = np.where(first, activations, np.where(mid, mid_act, last_act))
+        logit_peak = np.where(first | mid, 0.0, c.logits)
+        stage = np.where(first, 0, np.where(mid, 3, 1))
     else:
         act_peak, logit_peak = activations, c.logits
         stage = np.full(len(activations), 2)

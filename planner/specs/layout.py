@@ -78,6 +78,25 @@ class Layout(_Frozen):
     zero: Literal[0, 1, 2, 3] = Field(
         default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params"
     )
+    first_stage_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_LAYERS,
+        description="transformer layers on the first pipeline rank, over its virtual stages "
+        "(Megatron-Core num_layers_in_first_pipeline_stage, --decoder-first-pipeline-num-layers, "
+        "or what a pipeline_model_parallel_layout places there; 0: the embedding alone); None: "
+        "the even split (planner/costs/pipeline.py). The ranks whose count is not stated share "
+        "the other layers evenly; needs pp > 1 and a schedule that is not V-shaped",
+    )
+    last_stage_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_LAYERS,
+        description="transformer layers on the last pipeline rank, over its virtual stages "
+        "(Megatron-Core num_layers_in_last_pipeline_stage, --decoder-last-pipeline-num-layers; "
+        "0: only the head, loss and MTP modules, a layout such as DeepSeek-V3's 'mL'); None: the "
+        "even split. As first_stage_layers",
+    )
     schedule: Schedule | None = Field(
         default=None,
         description="pipeline schedule: 1f1b, interleaved (vpp >= 2), zb-h1, zb-h2 (zero bubble, "

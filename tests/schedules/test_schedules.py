@@ -392,3 +392,17 @@ def test_exports_name_the_schedule() -> None:
 def test_op_letters() -> None:
     assert PassTimes(1.0, 2.0, 0.5).duration_s("B") == 2.5
     assert Op("W", 3, 1).kind == "W"
+
+
+@pytest.mark.parametrize("name", ["1f1b", "interleaved", "zb-h1", "zb-h2", "interleaved-zb"])
+@pytest.mark.parametrize("pp", [2, 3, 4, 8])
+def test_every_rank_peak_matches_its_op_order(name: str, pp: int) -> None:
+    """The memory model reads ``peak_chunks`` of the first, second and last ranks: each equals
+    the chunks in flight at the peak of that rank's own op order (1F1B: pp - r micro-batches;
+    interleaved: Megatron-LM's 2 (pp - r - 1) + (v - 1) pp warm-up chunks, plus one)."""
+    chunks = (1,) if name in ("1f1b", "zb-h1", "zb-h2") else (2, 3)
+    for v in chunks:
+        for m in (pp, 2 * pp, 3 * pp):
+            orders = SCHEDULES[name].orders(pp, v, m)
+            for r in range(pp):
+                assert peak_in_flight(orders[r]) == SCHEDULES[name].peak_chunks(r, pp, v, m)

@@ -279,6 +279,26 @@ def test_megatron_family_states_the_same_uneven_split_as_megatron_lm() -> None:
     assert bridge["model.num_layers_in_last_pipeline_stage"] == 100 - 6 * 13 - 11
 
 
+def test_a_stated_split_is_written_back() -> None:
+    """Layout.first_stage_layers / last_stage_layers: Megatron-Core's first / last counts, or,
+    with a count of 0 (a stage of only the head and the loss), a pipeline layout string."""
+    training = Training(seq_len=4096, global_batch=64)
+    layout = Layout(tp=1, pp=4, dp=1, first_stage_layers=2, last_stage_layers=6)  # 2, 12, 12, 6
+    args = megatron_args(MODEL, 4, layout, training)
+    assert "--decoder-first-pipeline-num-layers 2" in args
+    assert "--decoder-last-pipeline-num-layers 6" in args
+    bridge = _overrides(megatron_bridge_overrides(MODEL, 4, layout, training), yaml.safe_load)
+    assert bridge["model.num_layers_in_first_pipeline_stage"] == 2
+    assert bridge["model.num_layers_in_last_pipeline_stage"] == 6
+    empty_last = Layout(tp=1, pp=4, dp=1, first_stage_layers=2, last_stage_layers=0)
+    args = megatron_args(MODEL, 4, empty_last, training)
+    assert "--pipeline-model-parallel-layout 'Et*2|(t*15|)*2t*0L'" in args
+    assert "decoder-first" not in args
+    # a stated split equal to the even one needs no flag
+    even = Layout(tp=1, pp=4, dp=1, first_stage_layers=8, last_stage_layers=8)
+    assert "pipeline-num-layers" not in megatron_args(MODEL, 4, even, training)
+
+
 def test_torchtitan_stacks_set_compile_float8_and_async_tp() -> None:
     def toml(sid: str, **layout: Any) -> dict[str, Any]:
         lay = Layout(tp=2, dp=8, zero=3, sequence_parallel=True, **layout)

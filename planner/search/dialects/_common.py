@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.costs.flops import padded_vocab
+from planner.costs.pipeline import layers_per_rank
 from planner.errors import PlannerError
 from planner.specs.layout import DEFAULT_RECOMPUTE_MODULES, Layout, Training
 from planner.specs.model import ModelSpec
@@ -46,10 +47,37 @@ class PipelineSplit:
     account_for_embedding_and_loss: bool = False
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    # a stated split the first / last counts cannot express (a count of 0, or one interleaving
+    # does not divide): Megatron-Core's pipeline_model_parallel_layout string, where one exists
+    layout_string: str | None = None
+
+
+def _stated_split(model: ModelSpec, layout: Layout) -> PipelineSplit | None:
+    """The split a layout states (Layout.first_stage_layers / last_stage_layers), None when
+    it states none or one equal to the even split."""
+    if layout.first_stage_layers is None and layout.last_stage_layers is None:
+        return None
+    pp, vpp = layout.pp, layout.virtual_stages
+    ranks = layers_per_rank(model.layers, pp, layout.first_stage_layers, layout.last_stage_layers)
+    if len(set(ranks)) == 1 and ranks[0] % vpp == 0:
+        return None
+    first, last = ranks[0], ranks[-1]
+    if first > 0 and last > 0 and first % vpp == 0 and last % vpp == 0:
+        return PipelineSplit(even=False, first_stage_layers=first, last_stage_layers=last)
+    if vpp > 1:
+        return PipelineSplit(even=False)
+    # 'Et*4|(t*4|)*14t*1mL' (Megatron-Core PipelineParallelLayerLayout.parse_str_to_list)
+    middle = f"(t*{ranks[1]}|)*{pp - 2}" if pp > 2 else ""
+    head = "m" * model.mtp_layers + "L"
+    return PipelineSplit(even=False, layout_string=f"Et*{first}|{middle}t*{last}{head}")
 
 
 def pipeline_split(model: ModelSpec, layout: Layout) -> PipelineSplit:
-    """The split of ``model`` over ``layout``'s (virtual) pipeline stages."""
+    """The split of ``model`` over ``layout``'s (virtual) pipeline stages: the one it states,
+    else the even one or the uneven one Megatron-Core's knobs make."""
+    stated = _stated_split(model, layout)
+    if stated is not None:
+        return stated
     pp, vpp, layers = layout.pp, layout.virtual_stages, model.layers
     if layers % (pp * vpp) == 0:
         return PipelineSplit(even=True, per_stage=layers // (pp * vpp))
@@ -65,7 +93,17 @@ def pipeline_split(model: ModelSpec, layout: Layout) -> PipelineSplit:
 
 
 def by_hand_note(model: ModelSpec, layout: Layout) -> str:
-    """The statement for a split none of the Megatron-Core knobs makes even."""
+    """The statement for a split none of the Megatron-Core knobs makes even, or a stated one
+    their first / last counts cannot express."""
+    if layout.first_stage_layers is not None or layout.last_stage_layers is not None:
+        ranks = layers_per_rank(
+            model.layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers
+        )
+        return (
+            f"the stated split (layers per rank {ranks[0]}, ..., {ranks[-1]}) over pp*vpp = "
+            f"{layout.pp * layout.virtual_stages} stages: {NOT_EXPRESSED} by the first / last "
+            "counts, set pipeline_model_parallel_layout by hand"
+        )
     return (
         f"{model.layers} layers do not split evenly over pp*vpp = "
         f"{layout.pp * layout.virtual_stages} stages: {NOT_EXPRESSED}, set the first / last "

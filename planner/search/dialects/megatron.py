@@ -94,6 +94,8 @@ def _split_rows(model: ModelSpec, layout: Layout) -> tuple[list[Row], list[str]]
             ("parallel", "num_layers_in_first_pipeline_stage", split.first_stage_layers),
             ("parallel", "num_layers_in_last_pipeline_stage", split.last_stage_layers),
         ], []
+    if split.layout_string is not None:
+        return [("parallel", "pipeline_model_parallel_layout", split.layout_string)], []
     return [], [by_hand_note(model, layout)]
 
 

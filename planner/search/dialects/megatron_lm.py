@@ -22,6 +22,7 @@ from planner.search.dialects._common import (
     MEGATRON_BF16_STATES,
     MEGATRON_VOCAB_MULTIPLE,
     NOT_EXPRESSED,
+    by_hand_note,
     host_offload_reasons,
     not_expressed,
     pipeline_split,
@@ -53,14 +54,13 @@ def _pipeline_split_args(model: ModelSpec, layout: Layout) -> list[str]:
             "--account-for-loss-in-pipeline-split",
         ]
     if split.first_stage_layers is not None:
-        return [
+        return out + [
             f"--decoder-first-pipeline-num-layers {split.first_stage_layers}",
             f"--decoder-last-pipeline-num-layers {split.last_stage_layers}",
         ]
-    return out + [
-        f"# {model.layers} layers do not split evenly over pp*vpp = {pp * vpp} stages: set "
-        "--decoder-first/last-pipeline-num-layers by hand"
-    ]
+    if split.layout_string is not None:
+        return [f"--pipeline-model-parallel-layout '{split.layout_string}'"]
+    return out + [f"# {by_hand_note(model, layout)}"]
 
 
 def _zero_and_precision_args(layout: Layout, training: Training) -> list[str]:
