@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from planner.costs.pipeline import layers_per_rank
 from planner.errors import PlannerError
 from planner.legality import check_layout, first_violation, violations
 from planner.profile import CalibrationProfile
@@ -183,7 +184,10 @@ def _recompute_levers(L: Layout, T: Training) -> list[_Candidate]:
                 f"recompute {r}",
                 f"{r} instead of {T.recompute} activation recomputation ({_RECOMPUTE_FLAGS[r]})",
                 L,
-                _training(T, recompute=r),
+                # the modules list belongs to selective recompute only (Training's validator)
+                _training(
+                    T, recompute=r, **({} if r == "selective" else {"recompute_modules": None})
+                ),
             )
         )
     if T.recompute == "full" and L.tp > 1 and not L.sequence_parallel:
@@ -298,6 +302,8 @@ def _split_layout(
         pp=pp,
         vpp=L.vpp,
         schedule=L.schedule,
+        first_stage_layers=None,  # a stated split belongs to the old pipeline depth
+        last_stage_layers=None,
         sequence_parallel=L.sequence_parallel and tp > 1,
         overlap_tp_comm=L.overlap_tp_comm and tp > 1,
     )
@@ -377,6 +383,64 @@ def _schedule_levers(L: Layout, T: Training) -> list[_Candidate]:
     return out
 
 
+def _edge_splits(model: ModelSpec, L: Layout) -> list[Layout]:
+    """Stated pipeline splits around ``L``'s (even ones of the middle ranks, as Megatron-Core
+    states them): each middle count from one under the even share to the even share, the
+    edge ranks sharing the rest in every way that leaves each at most two layers above the
+    middle. Empty without a pipeline of three ranks or more, or with a V-shaped schedule."""
+    if L.pp < 3 or schedule_of(L).placement == "v":
+        return []
+    share = -(-model.layers // L.pp)
+    out = []
+    for middle in (share - 1, share):
+        rest = model.layers - (L.pp - 2) * middle
+        for last in range(0, min(rest, middle + 2) + 1):
+            first = rest - last
+            if 0 <= first <= middle + 2 and (first, last) != (
+                L.first_stage_layers,
+                L.last_stage_layers,
+            ):
+                out.append(_layout(L, first_stage_layers=first, last_stage_layers=last))
+    return out
+
+
+def _edge_split_lever(
+    model: ModelSpec,
+    cluster: Cluster,
+    L: Layout,
+    T: Training,
+    base: StepReport,
+    run: Any,
+) -> _Candidate | None:
+    """The stated split of :func:`_edge_splits` that runs fastest and fits, when it beats
+    ``base`` (``run(layout) -> StepReport``): layers moved off the rank that holds the
+    embedding or the head and the loss."""
+    best: tuple[float, Layout] | None = None
+    for lay in _edge_splits(model, L):
+        if first_violation(model, cluster, lay, T) is not None:
+            continue
+        try:
+            rep = run(lay)
+        except PlannerError:
+            continue
+        if rep.fits and rep.tokens_per_s > (best[0] if best else base.tokens_per_s):
+            best = (rep.tokens_per_s, lay)
+    if best is None:
+        return None
+    lay = best[1]
+    ranks = layers_per_rank(model.layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers)
+    return _Candidate(
+        "rebalance pipeline edges",
+        f"layers per pipeline rank {ranks[0]}, {ranks[1]} x {lay.pp - 2}, {ranks[-1]} "
+        f"(Megatron --decoder-first-pipeline-num-layers {ranks[0]} "
+        f"--decoder-last-pipeline-num-layers {ranks[-1]}, or a "
+        "--pipeline-model-parallel-layout): the embedding's and the head's ranks balanced "
+        "against the others",
+        lay,
+        T,
+    )
+
+
 def _breaks_pipeline(
     model: ModelSpec, cluster: Cluster, layout: Layout, training: Training
 ) -> bool:
@@ -445,6 +509,16 @@ def advise(
                 no_host=True,
             )
         )
+    edges = _edge_split_lever(
+        model,
+        cluster,
+        layout,
+        training,
+        base,
+        lambda lay: simulate(model, cluster, lay, training, profile, stack=stack),
+    )
+    if edges is not None:
+        candidates.append(edges)
     for c in candidates:
         rep: StepReport | None = None
         v = first_violation(model, cluster, c.layout, c.training, gpus=layout.world_size)

@@ -214,3 +214,35 @@ def test_schedule_levers_unavailable_with_the_rules_reason(case) -> None:
     )
     flat = planner.Layout(tp=8, dp=8)  # pp 1: no schedule lever
     assert not {"zb-h1", "zbv", "dualpipev"} & set(_by_name(advise(model, cluster, flat, few)))
+
+
+def test_rebalanced_pipeline_edges_are_offered_when_they_gain() -> None:
+    """Llama 3.1 8B at PP 4: the last rank carries its layers and the 128k-entry head; the
+    lever states a split (Megatron --decoder-first/last-pipeline-num-layers) that runs faster,
+    keeps the middle ranks even and is legal."""
+    model, cluster = planner.load_model("llama3.1-8b"), planner.load_cluster("dgx-h100")
+    layout = planner.Layout(tp=2, pp=4, dp=2, zero=1)
+    training = planner.Training(seq_len=4096, global_batch=256)
+    lever = _by_name(advise(model, cluster, layout, training))["rebalance pipeline edges"]
+    lay = lever.layout
+    assert lever.gain_pct > 0 and lever.fits
+    assert lay.last_stage_layers < model.layers // layout.pp  # layers moved off the head
+    assert (model.layers - lay.first_stage_layers - lay.last_stage_layers) % (layout.pp - 2) == 0
+    planner.check_layout(model, cluster, lay, training)
+    assert f"--decoder-last-pipeline-num-layers {lay.last_stage_layers}" in lever.description
+    # an even split of one layer per rank leaves nothing to move
+    flat = planner.Layout(tp=2, pp=1, dp=8, zero=1)
+    assert "rebalance pipeline edges" not in _by_name(advise(model, cluster, flat, training))
+
+
+def test_selective_recompute_modules_do_not_break_the_other_recompute_levers() -> None:
+    """A selective baseline with its modules listed: the none / full levers drop the list
+    (Training refuses modules without selective recompute)."""
+    model, cluster = planner.load_model("llama3.1-8b"), planner.load_cluster("dgx-h100")
+    layout = planner.Layout(tp=2, pp=1, dp=8, zero=1)
+    training = planner.Training(
+        seq_len=4096, global_batch=256, recompute="selective", recompute_modules=["core_attn"]
+    )
+    names = _by_name(advise(model, cluster, layout, training))
+    assert names["recompute none"].training.recompute_modules is None
+    assert names["recompute full"].training.recompute == "full"
