@@ -323,6 +323,29 @@ def grad_pass_share(training: Training, microbatches: float) -> float:
     return max(microbatches - 1.0, 0.0) / microbatches
 
 
+def deferred_accumulation_applies(layout: Layout) -> bool:
+    """Whether the unsharded gradients of a stage accumulate on the GPU over the step's
+    micro-batches: ZeRO 2 / 3 with the gradient sync deferred to the last micro-batch
+    (``Layout.zero3_reshard_after_forward`` false: torchtitan's FSDP2 under a pipeline)."""
+    return layout.zero >= 2 and not layout.zero3_reshard_after_forward
+
+
+def deferred_accumulation_cost(
+    training: Training,
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((bytes per parameter, kernels per tensor) of the first micro-batch's pass, of each later
+    one's) under :func:`deferred_accumulation_applies`. FSDP2 (torch 2.13
+    torch/distributed/fsdp/_fully_shard/_fsdp_param.py): with a reduce dtype wider than the
+    gradients', ``to_accumulated_grad_if_needed`` casts the first micro-batch's gradient to it
+    (read 2 B, write 4 B) and ``accumulate_unsharded_grad_if_needed`` adds each later one
+    (read 2 + 4 B, write 4 B), one kernel per parameter each; with the same dtype autograd's
+    AccumulateGrad adds into .grad from the second micro-batch on (read twice, write once)."""
+    w = 4.0 if training.precision == "fp32" else 2.0
+    if training.grad_reduce_dtype == "fp32" and w < 4.0:
+        return (w + 4.0, 1.0), (w + 8.0, 1.0)
+    return (0.0, 0.0), (3.0 * w, float(GRAD_ADD_KERNELS_PER_TENSOR))
+
+
 def hp_grad_pass_trains(training: Training) -> bool:
     """Whether ``training`` runs a per-micro-batch gradient-accumulation pass
     (:func:`grad_pass_cost`: the stack's BF16_Optimizer in bf16, or Megatron-LM's main_grad

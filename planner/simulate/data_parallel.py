@@ -76,6 +76,11 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         share = elementwise.grad_pass_share(ctx.training, ctx.microbatches)
         layer_s, table_s = hp_grad_pass(ctx, params)
         dp.hp_layer, dp.hp_table = share * layer_s, share * table_s
+    elif elementwise.deferred_accumulation_applies(ctx.layout):
+        first_l, later_l, first_t, later_t = deferred_accumulation(ctx, params)
+        m = float(ctx.microbatches)
+        dp.hp_layer = (first_l + (m - 1.0) * later_l) / m
+        dp.hp_table = (first_t + (m - 1.0) * later_t) / m
     if ctx.training.optimizer_offload:
         link = ctx.cluster.accelerator.host_link_gb_per_s
         assert link is not None  # check_layout: optimizer_offload_needs_host
@@ -88,7 +93,21 @@ def dp_traffic(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     return dp
 
 
-def hp_grad_pass(ctx: Context, params: Params) -> tuple[float, float]:
+def deferred_accumulation(ctx: Context, params: Params) -> tuple[float, float, float, float]:
+    """(s per layer of the first micro-batch's accumulation pass, of each later one's, s per
+    vocabulary table of the first, of each later one) under a deferred gradient sync
+    (:func:`planner.costs.elementwise.deferred_accumulation_cost`; the step averages them)."""
+    first, later = elementwise.deferred_accumulation_cost(ctx.training)
+    (first_l, first_t), (later_l, later_t) = (
+        hp_grad_pass(ctx, params, first),
+        hp_grad_pass(ctx, params, later),
+    )
+    return first_l, later_l, first_t, later_t
+
+
+def hp_grad_pass(
+    ctx: Context, params: Params, cost: tuple[float, float] | None = None
+) -> tuple[float, float]:
     """(s per layer, s per vocabulary table) of one micro-batch's bf16 -> fp32 gradient
     accumulation (Training.fp32_grad_accumulation_pass; ``elementwise.hp_grad_pass_s``): a
     layer's parameters on this GPU (dense, and its local experts') in its parameter tensors,
@@ -102,7 +121,7 @@ def hp_grad_pass(ctx: Context, params: Params) -> tuple[float, float]:
         lambda: layer_param_tensors(model, layout, bias),
     )
     per_layer = params.dense_layer_params + params.expert_layer_params
-    cost = elementwise.grad_pass_cost(training)
+    cost = elementwise.grad_pass_cost(training) if cost is None else cost
     bw, kernel = dev.hbm_bytes_per_s, dev.mem_fixed_s
     layer_s = elementwise.hp_grad_pass_s(per_layer, tensors, bw, kernel, cost)
     table = flops.padded_vocab(model, layout, training) * model.hidden / layout.tp

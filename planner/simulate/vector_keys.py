@@ -15,7 +15,12 @@ import numpy as np
 
 from planner.costs import comms, memory, pipeline
 from planner.costs.elementwise import hp_grad_pass_trains
-from planner.simulate.data_parallel import DP_BUCKET_PARAMS, fsdp2_copies_s, hp_grad_pass
+from planner.simulate.data_parallel import (
+    DP_BUCKET_PARAMS,
+    deferred_accumulation,
+    fsdp2_copies_s,
+    hp_grad_pass,
+)
 from planner.simulate.layers import LAYER_KEYS
 from planner.simulate.stages import params_per_gpu, shared_collective_s
 from planner.simulate.vector_math import PER_LAYER, Columns
@@ -63,6 +68,7 @@ def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
         if params is None:
             params = sim._params[pkey] = params_per_gpu(ctx, stack)
         hp = hp_grad_pass(ctx, params) if hp_grad_pass_trains(ctx.training) else (0.0, 0.0)
+        deferred = deferred_accumulation(ctx, params)  # read by groups with a deferred sync
     except (ArithmeticError, sim_errors()):
         return None
     pid = memo["pid"][mid, pp] = len(memo["pid_num"])
@@ -77,6 +83,7 @@ def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
             params.stage_layers,
             bucket,
             *hp,
+            *deferred,
         )
     )
     memo["pid_params"].append(params)
@@ -109,6 +116,9 @@ PID_COLUMNS = ("dense", "experts", "dense_layer", "expert_layer", "local", "stag
 # the bf16 -> fp32 gradient pass of a layer and of a vocabulary table (data_parallel.hp_grad_pass,
 # before its ZeRO condition, which time_columns applies per group)
 PID_COLUMNS += ("hp_layer", "hp_table")
+# the accumulation pass under a deferred gradient sync, first micro-batch and each later one
+# (data_parallel.deferred_accumulation)
+PID_COLUMNS += ("dfa_layer_1", "dfa_layer_n", "dfa_table_1", "dfa_table_n")
 
 
 def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:

@@ -149,6 +149,9 @@ def time_columns(
     skips_first = t.consts[:, 10] > 0.0
     hp_on = hp_on * np.where(skips_first, np.maximum(t.m - 1.0, 0.0) / t.m, 1.0)
     hp_layer, hp_table = hp_on * c.hp_layer, hp_on * c.hp_table
+    if zero >= 2 and not reshard:  # data_parallel.dp_traffic: the deferred sync's pass
+        hp_layer = (c.dfa_layer_1 + (t.m - 1.0) * c.dfa_layer_n) / t.m
+        hp_table = (c.dfa_table_1 + (t.m - 1.0) * c.dfa_table_n) / t.m
 
     def stage(n_layers: int, edge: dict, tables: float = 0.0) -> dict:
         cats = stage_categories(n_layers, pl, t.pp_s, per_mb, edge)

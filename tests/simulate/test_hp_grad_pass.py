@@ -158,3 +158,26 @@ def test_autograd_accumulation_skips_the_first_micro_batch():
         elementwise.grad_pass_cost(bf16) == (18.0, 2.0)
         and elementwise.grad_pass_share(bf16, 8) == 1.0
     )
+
+
+def test_fsdp2_under_a_pipeline_accumulates_its_unsharded_gradients_each_micro_batch():
+    """torchtitan's FSDP2 with pp > 1 defers the gradient sync: the first micro-batch's bf16
+    gradient is cast to the fp32 reduce dtype (6 B per parameter), each later one added (10 B);
+    a bf16 reduce dtype leaves autograd's add (6 B, from the second micro-batch)."""
+    first, later = elementwise.deferred_accumulation_cost(Training(seq_len=8, global_batch=1))
+    assert (first, later) == ((6.0, 1.0), (10.0, 1.0))
+    narrow = Training(seq_len=8, global_batch=1, grad_reduce_dtype="bf16")
+    assert elementwise.deferred_accumulation_cost(narrow) == ((0.0, 0.0), (6.0, 1.0))
+    model, cluster = planner.load_model("llama3.1-70b"), planner.load_cluster("dgx-h100")
+    layout = Layout(tp=8, pp=4, dp=2, zero=3, zero3_reshard_after_forward=False)
+    assert elementwise.deferred_accumulation_applies(layout)
+    assert not elementwise.deferred_accumulation_applies(layout.with_changes(zero=1))
+
+    def memory_bound(global_batch: int, **tr: object) -> float:
+        training = Training(seq_len=4096, global_batch=global_batch, **tr)
+        rep = planner.simulate(model, cluster, layout, training, stack="torchtitan-compiled")
+        return rep.time_breakdown_s["compute_memory_bound"] / rep.microbatches
+
+    # per micro-batch the average pass grows from (6) to (6 + 10 (m - 1)) / m bytes
+    assert memory_bound(64) > memory_bound(8)
+    assert memory_bound(64) > memory_bound(64, grad_reduce_dtype="bf16")
