@@ -17,12 +17,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.costs.pipeline import layers_per_rank
+from planner.advise_pipeline import (
+    Candidate,
+    changed_layout,
+    changed_training,
+    edge_split_lever,
+    interleave_levers,
+    schedule_levers,
+)
 from planner.errors import PlannerError
 from planner.legality import check_layout, first_violation, violations
 from planner.profile import CalibrationProfile
 from planner.report import StepReport
-from planner.schedules import SCHEDULES, schedule_of
 from planner.specs.base import MAX_MICRO_BATCH
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
@@ -71,23 +77,6 @@ class Lever:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    name: str
-    description: str
-    layout: Layout
-    training: Training
-    no_host: bool = False  # simulate with the host never binding (CUDA graphs)
-
-
-def _layout(base: Layout, **changes: Any) -> Layout:
-    return base.with_changes(**changes)
-
-
-def _training(base: Training, **changes: Any) -> Training:
-    return base.with_changes(**changes)
-
-
 _RECOMPUTE_FLAGS = {
     "none": "no --recompute-granularity",
     "selective": "--recompute-granularity selective",
@@ -97,13 +86,13 @@ _RECOMPUTE_FLAGS = {
 
 def _candidates(
     model: ModelSpec, cluster: Cluster, layout: Layout, training: Training
-) -> list[_Candidate]:
+) -> list[Candidate]:
     """Every lever that is not already in effect, illegal ones with their reason."""
     L, T = layout, training
-    out: list[_Candidate] = []
+    out: list[Candidate] = []
     if L.pp > 1:
-        out += _interleave_levers(model, L, T)
-        out += _schedule_levers(L, T)
+        out += interleave_levers(model, L, T)
+        out += schedule_levers(L, T)
     out += _tp_ep_levers(L, T)
     out += _recompute_levers(L, T)
     out += _dp_overlap_levers(L, T)
@@ -113,180 +102,156 @@ def _candidates(
     return out
 
 
-def _interleave_levers(model: ModelSpec, L: Layout, T: Training) -> list[_Candidate]:
-    """Interleaved 1F1B with more virtual stages (the rules say which counts are legal)."""
-    out: list[_Candidate] = []
-    for v in (2, 4):
-        if v <= L.virtual_stages:
-            continue
-        stages = L.pp * v
-        split = (
-            f"--num-layers-per-virtual-pipeline-stage {model.layers // stages}"
-            if model.layers % stages == 0
-            else f"--virtual-pipeline-model-parallel-size {v}, uneven stages"
-        )
-        out.append(
-            _Candidate(
-                f"interleave vpp={v}",
-                f"interleaved 1F1B schedule, {v} virtual stages per pipeline rank "
-                f"(Megatron {split})",
-                _layout(L, vpp=v, schedule=None),
-                T,
-            )
-        )
-    return out
-
-
-def _tp_ep_levers(L: Layout, T: Training) -> list[_Candidate]:
+def _tp_ep_levers(L: Layout, T: Training) -> list[Candidate]:
     """Sequence parallelism and the TP and EP communication overlaps."""
-    out: list[_Candidate] = []
+    out: list[Candidate] = []
     if L.tp > 1 and not L.sequence_parallel:
         out.append(
-            _Candidate(
+            Candidate(
                 "sequence parallel",
                 "shard norms, dropout and the TP-replicated activations over TP "
                 "(Megatron --sequence-parallel)",
-                _layout(L, sequence_parallel=True),
+                changed_layout(L, sequence_parallel=True),
                 T,
             )
         )
     if L.tp > 1 and not L.overlap_tp_comm:
         extra = "" if L.sequence_parallel else " with --sequence-parallel (which it requires)"
         out.append(
-            _Candidate(
+            Candidate(
                 "overlap TP comm",
                 f"overlap TP collectives with the GEMMs (Megatron --tp-comm-overlap{extra})",
-                _layout(L, overlap_tp_comm=True, sequence_parallel=True),
+                changed_layout(L, overlap_tp_comm=True, sequence_parallel=True),
                 T,
             )
         )
     if L.ep > 1 and not L.overlap_ep_comm:
         out.append(
-            _Candidate(
+            Candidate(
                 "overlap EP comm",
                 "hide the MoE all-to-all behind another micro-batch's compute "
                 "(Megatron-Core --overlap-moe-expert-parallel-comm)",
-                _layout(L, overlap_ep_comm=True),
+                changed_layout(L, overlap_ep_comm=True),
                 T,
             )
         )
     return out
 
 
-def _recompute_levers(L: Layout, T: Training) -> list[_Candidate]:
+def _recompute_levers(L: Layout, T: Training) -> list[Candidate]:
     """The other activation-recomputation modes, and selective + SP in place of full."""
-    out: list[_Candidate] = []
+    out: list[Candidate] = []
     for r in ("selective", "none", "full"):
         if r == T.recompute:
             continue
         out.append(
-            _Candidate(
+            Candidate(
                 f"recompute {r}",
                 f"{r} instead of {T.recompute} activation recomputation ({_RECOMPUTE_FLAGS[r]})",
                 L,
                 # the modules list belongs to selective recompute only (Training's validator)
-                _training(
+                changed_training(
                     T, recompute=r, **({} if r == "selective" else {"recompute_modules": None})
                 ),
             )
         )
     if T.recompute == "full" and L.tp > 1 and not L.sequence_parallel:
         out.append(
-            _Candidate(
+            Candidate(
                 "selective recompute + SP",
                 "selective instead of full recomputation, with sequence parallelism to pay for "
                 "its memory (Korthikanti et al. 2022; Megatron --recompute-granularity selective "
                 "--sequence-parallel)",
-                _layout(L, sequence_parallel=True),
-                _training(T, recompute="selective"),
+                changed_layout(L, sequence_parallel=True),
+                changed_training(T, recompute="selective"),
             )
         )
     return out
 
 
-def _dp_overlap_levers(L: Layout, T: Training) -> list[_Candidate]:
+def _dp_overlap_levers(L: Layout, T: Training) -> list[Candidate]:
     """The data-parallel overlaps: gradient reduce and ZeRO-3 parameter gather."""
-    out: list[_Candidate] = []
+    out: list[Candidate] = []
     if L.dp * L.cp > 1 and not L.overlap_dp_grad_reduce:
         out.append(
-            _Candidate(
+            Candidate(
                 "overlap DP grad reduce",
                 "overlap the gradient reduce-scatter/all-reduce with backward "
                 "(Megatron --overlap-grad-reduce)",
-                _layout(L, overlap_dp_grad_reduce=True),
+                changed_layout(L, overlap_dp_grad_reduce=True),
                 T,
             )
         )
     if L.zero == 3 and not L.overlap_zero3_param_gather:
         out.append(
-            _Candidate(
+            Candidate(
                 "overlap ZeRO-3 param gather",
                 "prefetch the ZeRO-3 parameter all-gather behind compute "
                 "(Megatron --overlap-param-gather, FSDP forward/backward prefetch)",
-                _layout(L, overlap_zero3_param_gather=True),
+                changed_layout(L, overlap_zero3_param_gather=True),
                 T,
             )
         )
     return out
 
 
-def _training_levers(model: ModelSpec, T: Training, L: Layout) -> list[_Candidate]:
+def _training_levers(model: ModelSpec, T: Training, L: Layout) -> list[Candidate]:
     """Training-setting levers: offloading, the loss kernel, FP8 and a doubled micro-batch."""
-    out: list[_Candidate] = []
+    out: list[Candidate] = []
     # activation offloading (the rules: pp 1, no recompute, a host link)
     if T.offload_layers == 0 and T.recompute == "none":
         n = model.layers // 2
         out.append(
-            _Candidate(
+            Candidate(
                 f"offload {n} layers",
                 f"offload the activations of {n} layers to host memory "
                 f"(Megatron --cpu-offloading --cpu-offloading-num-layers {n})",
                 L,
-                _training(T, offload_layers=n),
+                changed_training(T, offload_layers=n),
             )
         )
     if T.cross_entropy != "in_place":
         out.append(
-            _Candidate(
+            Candidate(
                 "in-place cross-entropy",
                 "online-softmax loss that keeps only the logits and writes their gradient into "
                 "them (Megatron --cross-entropy-loss-fusion --cross-entropy-fusion-impl te)",
                 L,
-                _training(T, cross_entropy="in_place"),
+                changed_training(T, cross_entropy="in_place"),
             )
         )
     if T.precision in ("bf16", "fp16"):
         out.append(
-            _Candidate(
+            Candidate(
                 "fp8",
                 "FP8 GEMMs with Transformer Engine (Megatron --fp8-format hybrid)",
                 L,
-                _training(T, precision="fp8"),
+                changed_training(T, precision="fp8"),
             )
         )
     mb = 2 * T.micro_batch
     if mb <= MAX_MICRO_BATCH:
         out.append(
-            _Candidate(
+            Candidate(
                 f"micro-batch {mb}",
                 f"micro-batch {mb} instead of {T.micro_batch} (Megatron --micro-batch-size {mb})",
                 L,
-                _training(T, micro_batch=mb),
+                changed_training(T, micro_batch=mb),
             )
         )
     return out
 
 
-def _zero1_levers(L: Layout, T: Training) -> list[_Candidate]:
+def _zero1_levers(L: Layout, T: Training) -> list[Candidate]:
     """ZeRO-1 (the distributed optimizer) where data parallelism exists and it is not in use."""
     if L.zero == 1 or L.dp * L.cp <= 1:
         return []
     return [
-        _Candidate(
+        Candidate(
             "ZeRO-1",
             f"ZeRO-1 instead of ZeRO-{L.zero}: shard the optimizer states over DP "
             "(Megatron --use-distributed-optimizer)",
-            _layout(L, zero=1),
+            changed_layout(L, zero=1),
             T,
         )
     ]
@@ -296,7 +261,7 @@ def _split_layout(
     model: ModelSpec, cluster: Cluster, L: Layout, T: Training, tp: int, pp: int
 ) -> Layout:
     """``L`` with tensor/pipeline sizes ``tp``, ``pp``; interleaving dropped if it breaks."""
-    lay = _layout(
+    lay = changed_layout(
         L,
         tp=tp,
         pp=pp,
@@ -308,15 +273,15 @@ def _split_layout(
         overlap_tp_comm=L.overlap_tp_comm and tp > 1,
     )
     if L.vpp and _breaks_pipeline(model, cluster, lay, T):
-        lay = _layout(lay, vpp=None, schedule=None)  # keep the split, drop interleaving
+        lay = changed_layout(lay, vpp=None, schedule=None)  # keep the split, drop interleaving
     return lay
 
 
 def _tp_pp_split_levers(
     model: ModelSpec, cluster: Cluster, L: Layout, T: Training
-) -> list[_Candidate]:
+) -> list[Candidate]:
     """Tensor/pipeline splits at constant tp*pp: TP x2 with PP /2, and TP /2 with PP x2."""
-    out: list[_Candidate] = []
+    out: list[Candidate] = []
     for name, tp, pp in (
         (f"tp{2 * L.tp} pp{L.pp // 2}", 2 * L.tp, L.pp // 2),
         (f"tp{L.tp // 2} pp{2 * L.pp}", L.tp // 2, 2 * L.pp),
@@ -330,7 +295,7 @@ def _tp_pp_split_levers(
         if L.vpp and not lay.vpp:
             note += "; interleaving dropped"
         out.append(
-            _Candidate(
+            Candidate(
                 name,
                 f"tp {tp}, pp {pp} instead of tp {L.tp}, pp {L.pp} (Megatron "
                 f"--tensor-model-parallel-size {tp} --pipeline-model-parallel-size {pp}){note}",
@@ -339,106 +304,6 @@ def _tp_pp_split_levers(
             )
         )
     return out
-
-
-# schedule -> (vpp it runs, what it changes against the layout's own schedule)
-_SCHEDULE_LEVERS = {
-    "zb-h1": (None, "1F1B's activations in flight, weight gradients deferred into the bubble"),
-    "zbv": (2, "two chunks per rank in a V, about 1F1B's activations"),
-    "dualpipev": (
-        2,
-        "two chunks per rank in a V, two micro-batches' forward and backward "
-        "overlapped, more activations in flight than 1F1B",
-    ),
-}
-
-
-def _megatron_text(name: str) -> str:
-    """Whether Megatron-LM runs schedule ``name`` (the schedule object knows)."""
-    sched = SCHEDULES[name]
-    if sched.megatron is None:
-        return sched.megatron_note or "not in Megatron-LM"
-    return f"Megatron-LM runs it ({sched.megatron_note})"
-
-
-def _schedule_levers(L: Layout, T: Training) -> list[_Candidate]:
-    """The zero-bubble and V schedule levers of a pipelined layout not already running them."""
-    out = []
-    current = schedule_of(L).name
-    for name, (vpp, what) in _SCHEDULE_LEVERS.items():
-        if name == current:
-            continue
-        sched = SCHEDULES[name]
-        torchtitan = f"torchtitan {sched.torchtitan}" if sched.torchtitan else "not in torchtitan"
-        dropped = "; interleaving dropped" if vpp is None and L.virtual_stages > 1 else ""
-        out.append(
-            _Candidate(
-                name,
-                f"{sched.title} schedule instead of {current} ({sched.reference}): {what}"
-                f"{dropped}; {_megatron_text(name)}; {torchtitan}",
-                _layout(L, vpp=vpp, schedule=name),
-                T,
-            )
-        )
-    return out
-
-
-def _edge_splits(model: ModelSpec, L: Layout) -> list[Layout]:
-    """Stated pipeline splits around ``L``'s (even ones of the middle ranks, as Megatron-Core
-    states them): each middle count from one under the even share to the even share, the
-    edge ranks sharing the rest in every way that leaves each at most two layers above the
-    middle. Empty without a pipeline of three ranks or more, or with a V-shaped schedule."""
-    if L.pp < 3 or schedule_of(L).placement == "v":
-        return []
-    share = -(-model.layers // L.pp)
-    out = []
-    for middle in (share - 1, share):
-        rest = model.layers - (L.pp - 2) * middle
-        for last in range(0, min(rest, middle + 2) + 1):
-            first = rest - last
-            if 0 <= first <= middle + 2 and (first, last) != (
-                L.first_stage_layers,
-                L.last_stage_layers,
-            ):
-                out.append(_layout(L, first_stage_layers=first, last_stage_layers=last))
-    return out
-
-
-def _edge_split_lever(
-    model: ModelSpec,
-    cluster: Cluster,
-    L: Layout,
-    T: Training,
-    base: StepReport,
-    run: Any,
-) -> _Candidate | None:
-    """The stated split of :func:`_edge_splits` that runs fastest and fits, when it beats
-    ``base`` (``run(layout) -> StepReport``): layers moved off the rank that holds the
-    embedding or the head and the loss."""
-    best: tuple[float, Layout] | None = None
-    for lay in _edge_splits(model, L):
-        if first_violation(model, cluster, lay, T) is not None:
-            continue
-        try:
-            rep = run(lay)
-        except PlannerError:
-            continue
-        if rep.fits and rep.tokens_per_s > (best[0] if best else base.tokens_per_s):
-            best = (rep.tokens_per_s, lay)
-    if best is None:
-        return None
-    lay = best[1]
-    ranks = layers_per_rank(model.layers, lay.pp, lay.first_stage_layers, lay.last_stage_layers)
-    return _Candidate(
-        "rebalance pipeline edges",
-        f"layers per pipeline rank {ranks[0]}, {ranks[1]} x {lay.pp - 2}, {ranks[-1]} "
-        f"(Megatron --decoder-first-pipeline-num-layers {ranks[0]} "
-        f"--decoder-last-pipeline-num-layers {ranks[-1]}, or a "
-        "--pipeline-model-parallel-layout): the embedding's and the head's ranks balanced "
-        "against the others",
-        lay,
-        T,
-    )
 
 
 def _breaks_pipeline(
@@ -460,6 +325,20 @@ def _without_host(cluster: Cluster, profile: CalibrationProfile | str | None) ->
     else:
         prof = profile
     return prof.with_host_op_us(0.0)
+
+
+def _cuda_graphs_lever(L: Layout, T: Training) -> Candidate:
+    """The layers captured in CUDA graphs: the host no longer binds."""
+    return Candidate(
+        "CUDA graphs",
+        "capture the layers in CUDA graphs so the host no longer issues each kernel "
+        "(Megatron --cuda-graph-impl transformer_engine; dropless MoE needs "
+        "--moe-pad-expert-input-to-capacity or graph scopes without the experts); "
+        "modelled as no host overhead",
+        L,
+        T,
+        no_host=True,
+    )
 
 
 def _rank_key(lever: Lever) -> tuple[int, int, float]:
@@ -497,19 +376,8 @@ def advise(
     except ValidationError as exc:  # a derived layout that pydantic rejects: a bug, say so
         raise PlannerError("advise", f"could not build a lever: {exc}") from None
     if base.time_breakdown_s.get("host_overhead", 0.0) > 0.0:
-        candidates.append(
-            _Candidate(
-                "CUDA graphs",
-                "capture the layers in CUDA graphs so the host no longer issues each kernel "
-                "(Megatron --cuda-graph-impl transformer_engine; dropless MoE needs "
-                "--moe-pad-expert-input-to-capacity or graph scopes without the experts); "
-                "modelled as no host overhead",
-                layout,
-                training,
-                no_host=True,
-            )
-        )
-    edges = _edge_split_lever(
+        candidates.append(_cuda_graphs_lever(layout, training))
+    edges = edge_split_lever(
         model,
         cluster,
         layout,
