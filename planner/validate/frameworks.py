@@ -28,6 +28,11 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
   needs torch.compile); otherwise ``torchtitan-compiled`` (its published benchmark configs
   compile the model).
 
+Schema 1 does not say which version of a code base ran: where several of a framework's code
+bases (:data:`BY_CAPABILITY`) run what a case states, :func:`stack_for_framework` costs the
+oldest and :func:`code_bases` lists them all, and ``planner validate`` reports the range of
+tokens/s/GPU over them (with the range over any unstated knob) as the case's predicted range.
+
 ``planner list frameworks`` prints the table. A framework that is not in it is costed under
 :data:`planner.stacks.DEFAULT_STACK` and the case's row says so (schema 1 says an unknown
 framework must still be simulated); ``planner validate --strict`` makes it the case's error.
@@ -198,6 +203,24 @@ def _runs(
     return not any(e.field in _ERA_FIELDS for e in stack_violations(stack, layout, training))
 
 
+def _has_fp8(cluster: Cluster) -> bool:
+    return cluster.accelerator.peak_tflops.fp8 is not None
+
+
+def _running_eras(
+    key: str,
+    has_fp8: bool,
+    zero: int | None,
+    sequence_parallel: bool,
+    recompute: str | None,
+    model: ModelSpec | None,
+) -> tuple[str, ...]:
+    """The code bases of :data:`BY_CAPABILITY` under ``key`` that run what a case states,
+    oldest first."""
+    eras = BY_CAPABILITY.get((key, has_fp8), ())
+    return tuple(s for s in eras if _runs(s, zero, sequence_parallel, recompute, model))
+
+
 def stack_for_framework(
     framework: str,
     cluster: Cluster,
@@ -221,17 +244,41 @@ def stack_for_framework(
             f"framework {framework!r} is not in the framework table ({valid}): costed under "
             f"the default stack {DEFAULT_STACK}"
         )
-    has_fp8 = cluster.accelerator.peak_tflops.fp8 is not None
+    has_fp8 = _has_fp8(cluster)
     eras = BY_CAPABILITY.get((key, has_fp8), ())
-    era = next((s for s in eras if _runs(s, zero, sequence_parallel, recompute, model)), None)
+    running = _running_eras(key, has_fp8, zero, sequence_parallel, recompute, model)
     stack = (
         (BY_ZERO3.get((key, has_fp8)) if (zero or 0) >= 3 else None)
         or BY_GENERATION.get((key, has_fp8))
         or BY_PRECISION.get((key, precision or ""))
-        or era
+        or (running[0] if running else None)
         or (eras[-1] if eras else None)
     )
     return stack or FRAMEWORK_STACKS[key], None
+
+
+def code_bases(
+    framework: str,
+    cluster: Cluster,
+    zero: int | None = None,
+    sequence_parallel: bool = False,
+    recompute: str | None = None,
+    model: ModelSpec | None = None,
+) -> tuple[str, ...]:
+    """Every code base a schema 1 framework name could stand for that runs what the case
+    states, oldest first (:data:`BY_CAPABILITY`): ``megatron-lm`` on an A100 running full
+    recompute without sequence parallelism could be the 2021 code, the 2022 code or
+    Megatron-Core, and schema 1 does not say which. Empty where the name stands for one code
+    base on this GPU (every other framework, Hopper and later, a ZeRO-3 case). The first is
+    the one :func:`stack_for_framework` costs; validation ranges over all of them."""
+    key = normalise(framework)
+    has_fp8 = _has_fp8(cluster)
+    if key not in FRAMEWORK_STACKS or BY_GENERATION.get((key, has_fp8)):
+        return ()
+    if (zero or 0) >= 3 and BY_ZERO3.get((key, has_fp8)):
+        return ()
+    running = _running_eras(key, has_fp8, zero, sequence_parallel, recompute, model)
+    return running if len(running) > 1 else ()
 
 
 __all__ = [
@@ -240,6 +287,7 @@ __all__ = [
     "BY_PRECISION",
     "BY_ZERO3",
     "FRAMEWORK_STACKS",
+    "code_bases",
     "normalise",
     "stack_for_framework",
 ]

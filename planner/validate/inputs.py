@@ -20,7 +20,7 @@ from planner.specs.loading import load_cluster, load_model, load_stack, shipped_
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
 from planner.validate.cases import Case, CaseV2, Knob
-from planner.validate.frameworks import stack_for_framework
+from planner.validate.frameworks import code_bases, stack_for_framework
 
 
 @dataclass
@@ -38,6 +38,9 @@ class CaseInputs:
     unstated: tuple[str, ...]  # knobs to tune (planner.unknowns)
     memory_kind: str  # which measured peak: allocated or reserved
     notes: list[str] = field(default_factory=list)
+    # schema 1: the other code bases its framework name could stand for that run what the
+    # case states (planner.validate.frameworks.code_bases); the predicted range spans them
+    other_code_bases: tuple[StackSpec, ...] = ()
 
 
 def _unstated(case: Case | CaseV2, listed: tuple[str, ...]) -> tuple[str, ...]:
@@ -119,6 +122,7 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     cluster = load_cluster(case.cluster)
     model = case.model
     notes: list[str] = []
+    others: tuple[StackSpec, ...] = ()
     if isinstance(case, CaseV2):
         stacks = shipped_ids(STACKS_DIR)  # a case names a shipped stack, never a path
         if case.stack not in stacks:
@@ -141,6 +145,16 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         )
         stack, enforce, listed = load_stack(stack_id), False, ()
         notes.append(note or f"framework {case.framework!r}: stack {stack_id}")
+        bases = code_bases(
+            case.framework,
+            cluster,
+            case.layout.zero,
+            bool(case.layout.sequence_parallel),
+            case.training.recompute,
+            model,
+        )
+        if stack_id in bases:
+            others = tuple(load_stack(s) for s in bases if s != stack_id)
         if model_note:
             notes.append(model_note)
     layout, training = _stated(case)
@@ -161,6 +175,7 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         _unstated(case, listed),
         memory_kind,
         notes,
+        others,
     )
 
 

@@ -116,6 +116,8 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
         rep = simulate_step(
             i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
         )
+    if rep.fits and i.other_code_bases:
+        _over_code_bases(out, case, i, rep, profile, notes)
     if not rep.fits and not isinstance(case, CaseV2):
         rep, change = fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
         if untuned and change is not None:  # the fallback that fits: unstated knobs tuned there
@@ -126,6 +128,60 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
             else:
                 rep = _record_tuned(out, case, tuned, notes)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
+
+
+def _over_code_bases(
+    out: dict, case: Case | CaseV2, i: CaseInputs, rep: Any, profile: Any, notes: list[str]
+) -> None:
+    """Widen the case's predicted range over the other code bases its schema 1 framework
+    name could stand for (:func:`planner.validate.frameworks.code_bases`): each costed at the
+    stated inputs, its unstated knobs tuned over the same grid; one that cannot run or fit
+    them is left out. The prediction stays the oldest code base's."""
+    lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or [rep.tokens_per_s_per_gpu] * 2
+    spanned = [i.stack.name]
+    for other in i.other_code_bases:
+        try:
+            if i.unstated:
+                tuned = tuned_prediction(
+                    i.model,
+                    i.cluster,
+                    i.layout,
+                    i.training,
+                    profile,
+                    i.unstated,
+                    other,
+                    enforce_stack=False,
+                )
+                rates = (tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)
+            else:
+                report = simulate_step(
+                    i.model,
+                    i.cluster,
+                    i.layout,
+                    i.training,
+                    profile,
+                    stack=other,
+                    enforce_stack=False,
+                )
+                if not report.fits:
+                    continue
+                rates = (report.tokens_per_s_per_gpu,) * 2
+        except PlannerError:
+            continue
+        lo, hi = min(lo, rates[0]), max(hi, rates[1])
+        spanned.append(other.name)
+    if len(spanned) == 1:
+        return
+    meas = case.measured.tokens_per_s_per_gpu
+    out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
+    out["in_range"] = bool(lo <= meas <= hi)
+    out["range_code_bases"] = spanned
+    framework = getattr(case, "framework", "")
+    notes.append(
+        f"framework {framework!r} names no version: costed as {i.stack.name}, the oldest of "
+        f"its code bases that runs the case; the range spans {', '.join(spanned)} "
+        f"({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
+    )
 
 
 def _tuned(i: CaseInputs, training: Training, profile: Any) -> Any:

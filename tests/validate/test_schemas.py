@@ -122,6 +122,82 @@ def test_the_stated_model_dates_the_code_base(change: dict, field: str | None) -
         assert f"model.{field}" in row2["reason"] and "megatron-lm-2021" in row2["reason"]
 
 
+def test_code_bases_are_those_a_name_could_stand_for():
+    from planner.validate.frameworks import code_bases
+
+    a100, h100 = planner.load_cluster("dgx-a100-80gb"), planner.load_cluster("dgx-h100")
+    eras = ("megatron-lm-2021", "megatron-lm-2022", "megatron-core")
+    assert code_bases("megatron-lm", a100, zero=0, recompute="full") == eras
+    # what the case states rules the older code out; the first is the one costed
+    sp = code_bases("Megatron-LM", a100, zero=0, sequence_parallel=True, recompute="selective")
+    assert sp == eras[1:]
+    assert (
+        sp[0]
+        == stack_for_framework(
+            "megatron-lm", a100, "bf16", zero=0, sequence_parallel=True, recompute="selective"
+        )[0]
+    )
+    assert code_bases("megatron-deepspeed", a100) == (
+        "megatron-deepspeed-2022",
+        "megatron-deepspeed",
+    )
+    # one code base: Hopper, a ZeRO-3 row (DeepSpeed's), a framework of one code base, unknown
+    assert code_bases("megatron-lm", h100, zero=0, recompute="full") == ()
+    assert code_bases("megatron-lm", a100, zero=3, recompute="full") == ()
+    assert code_bases("nemo", a100) == code_bases("my-own-trainer", a100) == ()
+    swiglu = planner.load_model("gpt3-175b").model_copy(update={"activation": "swiglu"})
+    assert code_bases("megatron-lm", a100, 0, False, "full", swiglu) == ()
+
+
+def _a100_megatron_case(**training) -> dict:
+    raw = _v1("gpt3-175b", cluster="dgx-a100-80gb", framework="megatron-lm", num_gpus=64)
+    raw["layout"] = {"tp": 8, "pp": 8, "dp": 1, "zero": 0}
+    raw["training"].update(seq_len=2048, global_batch=64, **training)
+    raw["measured"] = {"tokens_per_s_per_gpu": 110.0}
+    return raw
+
+
+@pytest.mark.parametrize("micro_batch", [1, None])
+def test_a_versionless_framework_ranges_over_its_code_bases(micro_batch):
+    """Schema 1 'megatron-lm' on an A100 could be any of three code bases: the row costs the
+    oldest and its range spans all three, each at the stated inputs (its unstated knobs
+    tuned); schema 2 names one and ranges over the knobs alone."""
+    raw = _a100_megatron_case(micro_batch=micro_batch)
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert row["stack"] == "megatron-lm-2021"
+    assert row["range_code_bases"] == ["megatron-lm-2021", "megatron-lm-2022", "megatron-core"]
+    assert "names no version" in row["reason"]
+    lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
+    assert row["in_range"] == (lo <= 110.0 <= hi)
+    named = {}
+    for stack in row["range_code_bases"]:
+        raw2 = _a100_megatron_case(micro_batch=micro_batch)
+        raw2["stack"] = stack
+        del raw2["framework"]
+        if micro_batch is None:
+            raw2["unstated"] = ["micro_batch"]
+        named[stack] = run_case(raw2, planner.default_profile, 2)
+        assert "range_code_bases" not in named[stack]
+        r2 = named[stack].get("predicted_range_tokens_per_s_per_gpu") or (
+            [named[stack]["predicted_tokens_per_s_per_gpu"]] * 2
+        )
+        assert lo <= r2[0] + 0.01 and r2[1] <= hi + 0.01, stack
+    old = named["megatron-lm-2021"]["predicted_tokens_per_s_per_gpu"]
+    assert row["predicted_tokens_per_s_per_gpu"] == old
+    # the newer code (FlashAttention, fused kernels) is faster: the range is not a point
+    assert named["megatron-core"]["predicted_tokens_per_s_per_gpu"] > old
+    assert hi >= named["megatron-core"]["predicted_tokens_per_s_per_gpu"] - 0.01
+
+
+def test_a_versioned_stack_or_hopper_gets_no_code_base_range():
+    raw = _a100_megatron_case(micro_batch=1)
+    raw["cluster"] = "dgx-h100"
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert "range_code_bases" not in row and "names no version" not in row["reason"]
+
+
 def test_every_table_entry_is_a_shipped_stack():
     from planner.validate.frameworks import (
         BY_GENERATION,
@@ -392,11 +468,19 @@ def test_v1_and_v2_give_the_same_predictions(name):
             continue
         compared += 1
         assert r2["status"] == "ok", (raw["id"], r2["reason"])
-        for key in (
-            "status",
-            "predicted_tokens_per_s_per_gpu",
-            "predicted_range_tokens_per_s_per_gpu",
-        ):
+        for key in ("status", "predicted_tokens_per_s_per_gpu"):
+            assert r1.get(key) == r2.get(key), (raw["id"], key)
+        if "range_code_bases" in r1:
+            # schema 1 does not say which code base ran: its range spans them all, and so
+            # holds the range schema 2 gives under the one it names
+            lo2, hi2 = r2.get("predicted_range_tokens_per_s_per_gpu") or (
+                [r2["predicted_tokens_per_s_per_gpu"]] * 2
+            )
+            lo1, hi1 = r1["predicted_range_tokens_per_s_per_gpu"]
+            assert lo1 <= lo2 and hi2 <= hi1, raw["id"]
+            assert raw["stack"] in r1["range_code_bases"], raw["id"]
+        else:
+            key = "predicted_range_tokens_per_s_per_gpu"
             assert r1.get(key) == r2.get(key), (raw["id"], key)
     assert compared >= len(cases[::5]) - 2
 
