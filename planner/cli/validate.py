@@ -28,7 +28,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--strict",
         action="store_true",
         help="schema 1: a framework outside the framework table (planner list frameworks) is "
-        "the case's error (default: costed under the default stack, and the row says so)",
+        "the case's error (default: costed under the default stack, or PyTorch FSDP2 "
+        "(torchtitan-eager) where the case states ZeRO stage 3, and the row says so)",
     )
     p.add_argument(
         "--profile",

@@ -34,7 +34,8 @@ oldest and :func:`code_bases` lists them all, and ``planner validate`` reports t
 tokens/s/GPU over them (with the range over any unstated knob) as the case's predicted range.
 
 ``planner list frameworks`` prints the table. A framework that is not in it is costed under
-:data:`planner.stacks.DEFAULT_STACK` and the case's row says so (schema 1 says an unknown
+:data:`planner.stacks.DEFAULT_STACK` (under :data:`UNKNOWN_ZERO3_STACK`, PyTorch FSDP2, where
+the case states ZeRO stage 3) and the case's row says so (schema 1 says an unknown
 framework must still be simulated); ``planner validate --strict`` makes it the case's error.
 """
 
@@ -92,7 +93,17 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "pytorch-fsdp2": "torchtitan-eager",
     "fsdp2": "torchtitan-eager",
     "torchtune": "torchtitan-eager",
+    # PyTorch by itself: its own distributed training (FSDP2, DTensor TP, context parallelism,
+    # torch.distributed.pipelining), eager unless a compile is published
+    "pytorch": "torchtitan-eager",
+    "torch": "torchtitan-eager",
+    "pytorch-native": "torchtitan-eager",
 }
+# a framework outside the table that states ZeRO stage 3: schema 1 reads that stage as "FSDP
+# full shard" (shared/validation/README.md), so PyTorch's FSDP2 eager, the shipped stack that
+# runs it under tensor, context and pipeline parallelism (not the default stack's Megatron-FSDP,
+# which gathers every layer again for each micro-batch of a pipeline)
+UNKNOWN_ZERO3_STACK = "torchtitan-eager"
 # frameworks whose stack depends on the GPU generation: (framework, has FP8 tensor cores)
 BY_GENERATION: dict[tuple[str, bool], str] = {
     ("megatron-lm", True): "megatron-core",
@@ -240,6 +251,11 @@ def stack_for_framework(
         valid = ", ".join(sorted(FRAMEWORK_STACKS))
         if strict:
             raise PlannerError("framework", f"{framework!r} is not a known framework", valid)
+        if (zero or 0) >= 3:
+            return UNKNOWN_ZERO3_STACK, (
+                f"framework {framework!r} is not in the framework table ({valid}): its ZeRO "
+                f"stage 3 (FSDP full shard) costed under {UNKNOWN_ZERO3_STACK}, PyTorch FSDP2"
+            )
         return DEFAULT_STACK, (
             f"framework {framework!r} is not in the framework table ({valid}): costed under "
             f"the default stack {DEFAULT_STACK}"
@@ -287,6 +303,7 @@ __all__ = [
     "BY_PRECISION",
     "BY_ZERO3",
     "FRAMEWORK_STACKS",
+    "UNKNOWN_ZERO3_STACK",
     "code_bases",
     "normalise",
     "stack_for_framework",

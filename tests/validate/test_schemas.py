@@ -90,6 +90,11 @@ def test_framework_table_maps_names_to_shipped_stacks():
     assert stack == DEFAULT_STACK and "my-own-trainer" in note and "torchtitan" in note
     with pytest.raises(PlannerError, match="framework.*my-own-trainer.*megatron-lm"):
         stack_for_framework("my-own-trainer", h100, None, strict=True)
+    # schema 1's ZeRO 3 is FSDP full shard: an unknown framework stating it runs PyTorch's
+    stack, note = stack_for_framework("Meta internal", h100, "bf16", zero=3)
+    assert stack == "torchtitan-eager" and "FSDP" in note and "Meta internal" in note
+    assert stack_for_framework("Meta internal", h100, "bf16", zero=1)[0] == DEFAULT_STACK
+    assert stack_for_framework("PyTorch", h100, "bf16", zero=0) == ("torchtitan-eager", None)
 
 
 @pytest.mark.parametrize(
@@ -188,6 +193,24 @@ def test_a_versionless_framework_ranges_over_its_code_bases(micro_batch):
     # the newer code (FlashAttention, fused kernels) is faster: the range is not a point
     assert named["megatron-core"]["predicted_tokens_per_s_per_gpu"] > old
     assert hi >= named["megatron-core"]["predicted_tokens_per_s_per_gpu"] - 0.01
+
+
+def test_an_unknown_framework_with_fsdp_and_a_pipeline_is_not_regathered_per_micro_batch():
+    """An unknown framework stating ZeRO 3 with a pipeline is costed as PyTorch FSDP2 (params
+    gathered once per step under the pipeline), not as the default stack's Megatron-FSDP,
+    which gathers every layer again for each micro-batch: the FSDP2 row is faster and has
+    less data-parallel traffic exposed."""
+    raw = _a100_megatron_case(micro_batch=1)
+    raw.update(framework="our-trainer", cluster="dgx-h100", num_gpus=256)
+    raw["layout"] = {"tp": 8, "pp": 8, "dp": 4, "zero": 3, "vpp": 1}
+    raw["training"]["global_batch"] = 64
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and row["stack"] == "torchtitan-eager", row["reason"]
+    assert "FSDP" in row["reason"]
+    raw["framework"] = "megatron-core"
+    mcore = run_case(raw, planner.default_profile, 1)
+    assert mcore["stack"] == "megatron-core"
+    assert row["predicted_tokens_per_s_per_gpu"] > mcore["predicted_tokens_per_s_per_gpu"]
 
 
 def test_a_versioned_stack_or_hopper_gets_no_code_base_range():
