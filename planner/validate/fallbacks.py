@@ -123,13 +123,17 @@ def _first_fit(
 ) -> tuple[str, Any] | None:
     """The first ``(label, report)`` of ``trials`` whose step fits in memory and that asks the
     case's stack for nothing it cannot run beyond ``stated`` (what the stated inputs already
-    asked, costed as given), else None."""
+    asked, costed as given), else None. A trial the cluster cannot cost (host offload where its
+    spec has no host memory figures) is skipped, not the case's error."""
     for label, trial in trials:
         if not _violations(i.stack, layout, trial) <= stated:
             continue
-        got = simulate_step(
-            i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
-        )
+        try:
+            got = simulate_step(
+                i.model, i.cluster, layout, trial, profile, stack=i.stack, enforce_stack=False
+            )
+        except PlannerError:  # a saver this cluster cannot cost (no host link figures)
+            continue
         if got.fits:
             return label, got
     return None

@@ -23,7 +23,8 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
 * ``megatron-lm`` with ``zero: 3`` on such a GPU ran DeepSpeed's ZeRO-3 of the day on
   Megatron's model (``deepspeed-zero3-2021``): Megatron-LM itself never had ZeRO-3 (its
   distributed optimizer is ZeRO-1), and Narayanan et al. 2021 section 5.2 compares with
-  DeepSpeed ZeRO-3;
+  DeepSpeed ZeRO-3 (a model that code could not express, a GLU activation or grouped-query
+  attention, dates the row later: Megatron-Core's FSDP);
 * ``torchtitan`` with ``precision: fp8`` is ``torchtitan-compiled-float8`` (torchao Float8
   needs torch.compile); otherwise ``torchtitan-compiled`` (its published benchmark configs
   compile the model).
@@ -127,6 +128,7 @@ BY_CAPABILITY: dict[tuple[str, bool], tuple[str, ...]] = {
     ("megatron-lm", False): ("megatron-lm-2021", "megatron-lm-2022", "megatron-core"),
     ("megatron", False): ("megatron-lm-2021", "megatron-lm-2022", "megatron-core"),
     ("megatron-deepspeed", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
+    ("gpt-neox", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
     ("megatron-ds", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
     ("deepspeed-megatron", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
 }
@@ -232,6 +234,16 @@ def _running_eras(
     return tuple(s for s in eras if _runs(s, zero, sequence_parallel, recompute, model))
 
 
+def _zero3_stack(key: str, has_fp8: bool, zero: int | None, model: ModelSpec | None) -> str | None:
+    """:data:`BY_ZERO3`'s stack for a case that states ZeRO 3, where that code could express
+    the model (DeepSpeed's 2021 ZeRO-3 ran Megatron's GPT: a SwiGLU or grouped-query model of a
+    ``megatron-lm`` ZeRO-3 row ran later code, Megatron-Core's FSDP); else None."""
+    stack = BY_ZERO3.get((key, has_fp8)) if (zero or 0) >= 3 else None
+    if stack is not None and model is not None and model_violations(load_stack(stack), model):
+        return None
+    return stack
+
+
 def stack_for_framework(
     framework: str,
     cluster: Cluster,
@@ -264,7 +276,7 @@ def stack_for_framework(
     eras = BY_CAPABILITY.get((key, has_fp8), ())
     running = _running_eras(key, has_fp8, zero, sequence_parallel, recompute, model)
     stack = (
-        (BY_ZERO3.get((key, has_fp8)) if (zero or 0) >= 3 else None)
+        _zero3_stack(key, has_fp8, zero, model)
         or BY_GENERATION.get((key, has_fp8))
         or BY_PRECISION.get((key, precision or ""))
         or (running[0] if running else None)
@@ -291,7 +303,7 @@ def code_bases(
     has_fp8 = _has_fp8(cluster)
     if key not in FRAMEWORK_STACKS or BY_GENERATION.get((key, has_fp8)):
         return ()
-    if (zero or 0) >= 3 and BY_ZERO3.get((key, has_fp8)):
+    if _zero3_stack(key, has_fp8, zero, model):
         return ()
     running = _running_eras(key, has_fp8, zero, sequence_parallel, recompute, model)
     return running if len(running) > 1 else ()

@@ -315,6 +315,22 @@ def test_torchtitan_stacks_set_compile_float8_and_async_tp() -> None:
     assert "enable_async_tensor_parallel" not in toml("torchtitan-compiled")["parallelism"]
 
 
+def test_megatron_deepspeed_writes_its_attention_flag() -> None:
+    """The rebased fork's recipes run flash-attn's Triton kernel (--use-flash-attn-triton);
+    the 2022 code materialises the scores and needs no flag."""
+
+    def args(sid: str, **training: Any) -> str:
+        lay, tr = Layout(tp=2, dp=8, zero=1), Training(seq_len=4096, global_batch=64, **training)
+        return exports(MODEL, GPUS, lay, tr, planner.load_stack(sid))["megatron_deepspeed_args"]
+
+    assert "--use-flash-attn-triton" in args("megatron-deepspeed").splitlines()
+    assert "--use-flash-attn-v2" in args("megatron-deepspeed", attention_kernel="flash2")
+    gpt = MODEL.model_copy(update={"activation": "gelu", "kv_heads": 32, "tied_embeddings": True})
+    lay, tr = Layout(tp=2, dp=8, zero=1), Training(seq_len=2048, global_batch=64)
+    old = exports(gpt, GPUS, lay, tr, planner.load_stack("megatron-deepspeed-2022"))
+    assert "flash" not in old["megatron_deepspeed_args"]
+
+
 def test_nemo_and_bridge_express_overlaps_precision_and_fsdp() -> None:
     layout = Layout(tp=2, dp=8, zero=3, sequence_parallel=True, overlap_tp_comm=True)
     training = Training(seq_len=4096, global_batch=64, precision="fp8", grad_reduce_dtype="bf16")

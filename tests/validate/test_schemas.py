@@ -63,6 +63,11 @@ def test_framework_table_maps_names_to_shipped_stacks():
     # Megatron-LM had no ZeRO-3: a ZeRO-3 row of its 2021 papers ran DeepSpeed's
     z3 = stack_for_framework("megatron-lm", a100, "fp16", zero=3)
     assert z3 == ("deepspeed-zero3-2021", None)
+    # ...where that code could express the model: a SwiGLU one ran Megatron-Core's FSDP
+    llama = planner.load_model("llama3.1-8b")
+    assert stack_for_framework("megatron-lm", a100, "bf16", zero=3, model=llama)[0] == (
+        "megatron-core"
+    )
     # the oldest Megatron-LM code base that runs what the case states: v2.5 had no distributed
     # optimizer, sequence parallelism or selective recompute, the 2022 code base has them
     assert stack_for_framework("megatron-lm", a100, "fp16", zero=1)[0] == "megatron-lm-2022"
@@ -80,6 +85,10 @@ def test_framework_table_maps_names_to_shipped_stacks():
     assert stack_for_framework("megatron-deepspeed", h100, "bf16")[0] == "megatron-deepspeed"
     assert stack_for_framework("GPT-NeoX", a100, "fp16")[0] == "megatron-deepspeed-2022"
     assert stack_for_framework("gpt_neox", h100, "bf16")[0] == "megatron-deepspeed"
+    # a model GPT-NeoX's 2022 code could not express (SwiGLU) is the later code's
+    swiglu = planner.load_model("llama3.1-8b")
+    neox = stack_for_framework("GPT-NeoX", a100, "bf16", model=swiglu)
+    assert neox[0] == "megatron-deepspeed"
     assert stack_for_framework("NeMo Megatron", a100, "bf16") == ("nemo", None)
     assert stack_for_framework("torchtitan", h100, "fp8")[0] == "torchtitan-compiled-float8"
     assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-compiled"
@@ -211,6 +220,33 @@ def test_an_unknown_framework_with_fsdp_and_a_pipeline_is_not_regathered_per_mic
     mcore = run_case(raw, planner.default_profile, 1)
     assert mcore["stack"] == "megatron-core"
     assert row["predicted_tokens_per_s_per_gpu"] > mcore["predicted_tokens_per_s_per_gpu"]
+
+
+def test_todays_megatron_deepspeed_runs_flash_attention_not_materialised_scores():
+    """Megatron-DeepSpeed or GPT-NeoX on an H100 is the rebased fork, whose published
+    recipes run flash-attn's Triton kernel: an 8k-token Llama row is costed near Megatron-Core,
+    not at the quarter of its speed materialised scores would give."""
+    raw = _v1("llama3.1-8b", framework="megatron-deepspeed")
+    raw["training"].update(seq_len=8192, global_batch=64, recompute=None)
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and row["stack"] == "megatron-deepspeed", row["reason"]
+    raw["framework"] = "megatron-core"
+    mcore = run_case(raw, planner.default_profile, 1)
+    ratio = row["predicted_tokens_per_s_per_gpu"] / mcore["predicted_tokens_per_s_per_gpu"]
+    assert 0.6 < ratio < 1.0, ratio
+
+
+@pytest.mark.parametrize("cluster", ["dgx-b200", "hgx-h800"])
+def test_a_host_offload_the_cluster_cannot_cost_is_no_error(cluster):
+    """A schema 1 row that fits at no recompute level, on a cluster without host memory
+    figures: the ZeRO-Offload fallback cannot be costed there, so the row is infeasible with
+    its reason, never an error."""
+    raw = _v1("llama3.1-70b", framework="deepspeed", cluster=cluster, num_gpus=64)
+    raw["layout"] = {"tp": 1, "pp": 1, "dp": 64, "zero": 1}
+    raw["training"].update(seq_len=4096, global_batch=256)
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "infeasible", row["reason"]
+    assert "out of memory" in row["reason"] or "GiB" in row["reason"]
 
 
 def test_a_versioned_stack_or_hopper_gets_no_code_base_range():

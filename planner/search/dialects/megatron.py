@@ -325,6 +325,13 @@ def megatron_bridge_overrides(
     return "\n".join(lines + _comments(notes)) + "\n"
 
 
+# the fork's FlashAttention flags (megatron/arguments.py at 4efb479d); unfused needs none
+MDS_ATTENTION_FLAGS = {
+    "flash_triton": "--use-flash-attn-triton",
+    "flash2": "--use-flash-attn-v2",
+}
+
+
 def _mds_notes(layout: Layout, training: Training) -> list[str]:
     """What Megatron-DeepSpeed's arguments cannot say."""
     notes = not_expressed(
@@ -393,6 +400,8 @@ def megatron_deepspeed_args(model: ModelSpec, gpus: int, layout: Layout, trainin
         lines += ["--transformer-impl transformer_engine", "--fp8-hybrid"]
     if not training.dropout:
         lines += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
+    if training.attention_kernel in MDS_ATTENTION_FLAGS:
+        lines.append(MDS_ATTENTION_FLAGS[training.attention_kernel])
     if training.vocab_multiple != MEGATRON_VOCAB_MULTIPLE:
         lines.append(f"--make-vocab-size-divisible-by {training.vocab_multiple}")
     lines += [
