@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="schema 1: a framework outside the framework table (planner list frameworks) is "
         "the case's error (default: costed under the default stack, or PyTorch FSDP2 "
-        "(torchtitan-eager) where the case states ZeRO stage 3, and the row says so)",
+        "(torchtitan-eager) where the case states ZeRO stage 2 or 3, and the row says so)",
     )
     p.add_argument(
         "--profile",

@@ -36,7 +36,7 @@ tokens/s/GPU over them (with the range over any unstated knob) as the case's pre
 
 ``planner list frameworks`` prints the table. A framework that is not in it is costed under
 :data:`planner.stacks.DEFAULT_STACK` (under :data:`UNKNOWN_ZERO3_STACK`, PyTorch FSDP2, where
-the case states ZeRO stage 3) and the case's row says so (schema 1 says an unknown
+the case states ZeRO stage 2 or 3) and the case's row says so (schema 1 says an unknown
 framework must still be simulated); ``planner validate --strict`` makes it the case's error.
 """
 
@@ -100,11 +100,13 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "torch": "torchtitan-eager",
     "pytorch-native": "torchtitan-eager",
 }
-# a framework outside the table that states ZeRO stage 3: schema 1 reads that stage as "FSDP
-# full shard" (shared/validation/README.md), so PyTorch's FSDP2 eager, the shipped stack that
-# runs it under tensor, context and pipeline parallelism (not the default stack's Megatron-FSDP,
-# which gathers every layer again for each micro-batch of a pipeline)
+# a framework outside the table that states ZeRO stage 2 or 3: sharded gradients (stage 3 is
+# "FSDP full shard" in schema 1, shared/validation/README.md), so PyTorch's FSDP2 eager, the
+# shipped stack that runs them under tensor, context and pipeline parallelism (not the default
+# stack's Megatron-FSDP, which reduces every micro-batch's gradients, and at stage 3 gathers
+# every layer again, for each micro-batch of a pipeline)
 UNKNOWN_ZERO3_STACK = "torchtitan-eager"
+UNKNOWN_FSDP_FROM_ZERO = 2
 # frameworks whose stack depends on the GPU generation: (framework, has FP8 tensor cores)
 BY_GENERATION: dict[tuple[str, bool], str] = {
     ("megatron-lm", True): "megatron-core",
@@ -263,10 +265,11 @@ def stack_for_framework(
         valid = ", ".join(sorted(FRAMEWORK_STACKS))
         if strict:
             raise PlannerError("framework", f"{framework!r} is not a known framework", valid)
-        if (zero or 0) >= 3:
+        if (zero or 0) >= UNKNOWN_FSDP_FROM_ZERO:
             return UNKNOWN_ZERO3_STACK, (
                 f"framework {framework!r} is not in the framework table ({valid}): its ZeRO "
-                f"stage 3 (FSDP full shard) costed under {UNKNOWN_ZERO3_STACK}, PyTorch FSDP2"
+                f"stage {zero} (sharded gradients) costed under {UNKNOWN_ZERO3_STACK}, PyTorch "
+                "FSDP2"
             )
         return DEFAULT_STACK, (
             f"framework {framework!r} is not in the framework table ({valid}): costed under "

@@ -102,6 +102,7 @@ def test_framework_table_maps_names_to_shipped_stacks():
     # schema 1's ZeRO 3 is FSDP full shard: an unknown framework stating it runs PyTorch's
     stack, note = stack_for_framework("Meta internal", h100, "bf16", zero=3)
     assert stack == "torchtitan-eager" and "FSDP" in note and "Meta internal" in note
+    assert stack_for_framework("Meta internal", h100, "bf16", zero=2)[0] == "torchtitan-eager"
     assert stack_for_framework("Meta internal", h100, "bf16", zero=1)[0] == DEFAULT_STACK
     assert stack_for_framework("PyTorch", h100, "bf16", zero=0) == ("torchtitan-eager", None)
 
