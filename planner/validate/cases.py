@@ -43,7 +43,10 @@ def case_section(name: str, spec: type[Spec], required: tuple[str, ...], doc: st
 
 
 CaseLayout = case_section(
-    "CaseLayout", Layout, ("tp", "pp", "dp"), "A case's layout (tp, pp, dp required)."
+    "CaseLayout",
+    Layout,
+    ("tp", "pp"),
+    "A case's layout (tp, pp required; dp None: num_gpus / (tp * pp * cp)).",
 )
 CaseTraining = case_section(
     "CaseTraining",
@@ -96,7 +99,7 @@ class Case(_CaseBase):
     """A schema 1 case: ``framework`` is free text, mapped to a stack by
     :data:`planner.validate.frameworks.FRAMEWORK_STACKS`."""
 
-    framework: str = Field(default="", max_length=1000)
+    framework: str | None = Field(default="", max_length=1000)
     measured: CaseMeasured
 
 

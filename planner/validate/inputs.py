@@ -56,7 +56,18 @@ def _unstated(case: Case | CaseV2, listed: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _stated(case: Case | CaseV2) -> tuple[Layout, Training]:
-    layout = Layout(**case.layout.model_dump(exclude_none=True))
+    stated = case.layout.model_dump(exclude_none=True)
+    if case.layout.dp is None:  # implied by the job's size: the GPUs one model copy leaves
+        copy = case.layout.tp * case.layout.pp * (case.layout.cp or 1)
+        if case.num_gpus % copy:
+            raise PlannerError(
+                "layout.dp",
+                f"not stated, and num_gpus = {case.num_gpus} is not a multiple of tp*pp*cp = "
+                f"{copy}",
+                "a dp with tp*cp*dp*pp = num_gpus",
+            )
+        stated["dp"] = case.num_gpus // copy
+    layout = Layout(**stated)
     training = Training(**case.training.model_dump(exclude_none=True))
     return layout, training
 
@@ -133,8 +144,9 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             notes.append(f"GPUs power-limited to {case.power_limit_w:.0f} W (as the source states)")
     else:
         model, model_note = v1_model_structure(model)
+        framework = case.framework or ""  # null: not published, as an empty name
         stack_id, note = stack_for_framework(
-            case.framework,
+            framework,
             cluster,
             case.training.precision,
             strict,
@@ -144,9 +156,9 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             model,
         )
         stack, enforce, listed = load_stack(stack_id), False, ()
-        notes.append(note or f"framework {case.framework!r}: stack {stack_id}")
+        notes.append(note or f"framework {framework!r}: stack {stack_id}")
         bases = code_bases(
-            case.framework,
+            framework,
             cluster,
             case.layout.zero,
             bool(case.layout.sequence_parallel),

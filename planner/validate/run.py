@@ -176,7 +176,7 @@ def _over_code_bases(
     out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
     out["in_range"] = bool(lo <= meas <= hi)
     out["range_code_bases"] = spanned
-    framework = getattr(case, "framework", "")
+    framework = getattr(case, "framework", None) or ""
     notes.append(
         f"framework {framework!r} names no version: costed as {i.stack.name}, the oldest of "
         f"its code bases that runs the case; the range spans {', '.join(spanned)} "

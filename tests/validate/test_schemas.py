@@ -250,6 +250,21 @@ def test_a_host_offload_the_cluster_cannot_cost_is_no_error(cluster):
     assert "out of memory" in row["reason"] or "GiB" in row["reason"]
 
 
+def test_an_unstated_data_parallel_size_is_implied_by_the_job():
+    raw = _v1()
+    raw["layout"] = {"tp": 2, "pp": 1, "dp": None, "zero": 1}
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    raw["layout"]["dp"] = 4
+    assert run_case(raw, planner.default_profile, 1) == row
+    raw["layout"] = {"tp": 3, "pp": 1, "zero": 1}  # 8 GPUs are no whole number of copies
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "error" and "layout.dp" in row["reason"], row["reason"]
+    raw = _v1(framework=None)  # a null framework reads as an unpublished one
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and row["stack"] == DEFAULT_STACK, row["reason"]
+
+
 def test_a_versioned_stack_or_hopper_gets_no_code_base_range():
     raw = _a100_megatron_case(micro_batch=1)
     raw["cluster"] = "dgx-h100"
