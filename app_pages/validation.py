@@ -148,7 +148,7 @@ def show(result: dict[str, Any], key: str) -> None:
 
 
 def _range_text(case: dict[str, Any]) -> str:
-    """The tokens/s/GPU range over a case's unstated knobs ('' when it states them all)."""
+    """The tokens/s/GPU range over a case's unstated knobs or code bases ('': none)."""
     rng = case.get("predicted_range_tokens_per_s_per_gpu")
     return f"{rng[0]:,.0f}-{rng[1]:,.0f}" if rng else ""
 

@@ -85,7 +85,8 @@ def render_validation(console: Console, result: dict[str, Any]) -> None:
         rows.append(
             (
                 "unstated knobs",
-                f"{ranged[0]} cases tuned; measured inside the predicted range for {ranged[1]}",
+                f"{ranged[0]} cases with a range (a knob not stated, or a framework name "
+                f"several code bases ran under); measured inside it for {ranged[1]}",
             )
         )
     if s.get("n_banded"):
@@ -102,7 +103,8 @@ def render_validation(console: Console, result: dict[str, Any]) -> None:
 
 
 def range_coverage(cases: list[dict[str, Any]]) -> tuple[int, int]:
-    """(cases with a predicted range over unstated knobs, those whose measured value is in it)."""
+    """(cases with a predicted range over unstated knobs or code bases, those whose measured
+    value is in it)."""
     ranged = [c for c in cases if c.get("predicted_range_tokens_per_s_per_gpu")]
     inside = sum(
         1
