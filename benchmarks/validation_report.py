@@ -85,7 +85,8 @@ NOTES = """\
   2022 fork or the rebased one. Since 2026-12-06 a schema 1 row costs the oldest code base that
   runs what it states (as before: the prediction is unchanged) and its range spans every one
   that does (`planner/validate/frameworks.py` `code_bases`; the row lists them in
-  `range_code_bases`): 24 -> 27 ranged rows, coverage 45.8 -> 81.5%. Still outside: the
+  `range_code_bases`; a bf16 `torchtitan` row likewise spans compiled and eager, none in
+  public.yaml): 24 -> 27 ranged rows, coverage 45.8 -> 81.5%. Still outside: the
   Korthikanti et al. 2022 full-recompute baselines at 530B and 1T (1-3% above Megatron-Core's
   end, 3-5% above the 2022 code their schema 2 copies name), the 22B selective-recompute row
   and BLOOM (the model fast: +3.7% and +11.6% at the ranges' lower ends), and DeepSeek-V3 on

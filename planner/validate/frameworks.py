@@ -29,10 +29,12 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
   needs torch.compile); otherwise ``torchtitan-compiled`` (its published benchmark configs
   compile the model).
 
-Schema 1 does not say which version of a code base ran: where several of a framework's code
-bases (:data:`BY_CAPABILITY`) run what a case states, :func:`stack_for_framework` costs the
-oldest and :func:`code_bases` lists them all, and ``planner validate`` reports the range of
-tokens/s/GPU over them (with the range over any unstated knob) as the case's predicted range.
+Schema 1 does not say which version of a code base ran, nor whether torchtitan compiled:
+where several of a framework's code bases (:data:`BY_CAPABILITY`) run what a case states,
+:func:`stack_for_framework` costs the oldest, a ``torchtitan`` row is costed compiled
+(:data:`EXECUTION_MODES`), :func:`code_bases` lists them all, and ``planner validate`` reports
+the range of tokens/s/GPU over them (with the range over any unstated knob) as the case's
+predicted range.
 
 ``planner list frameworks`` prints the table. A framework that is not in it is costed under
 :data:`planner.stacks.DEFAULT_STACK` (under :data:`UNKNOWN_ZERO3_STACK`, PyTorch FSDP2, where
@@ -133,6 +135,13 @@ BY_CAPABILITY: dict[tuple[str, bool], tuple[str, ...]] = {
     ("gpt-neox", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
     ("megatron-ds", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
     ("deepspeed-megatron", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
+}
+# frameworks published under one name whose execution mode a schema 1 case cannot state: the
+# stack the table costs first, then the others the name could stand for (torchtitan compiles
+# only with training.compile / compile.enable, off in its train configs' defaults, e.g.
+# torchtitan/models/llama3/train_configs/llama3_8b.toml [compile] enable=false)
+EXECUTION_MODES: dict[str, tuple[str, ...]] = {
+    "torchtitan": ("torchtitan-compiled", "torchtitan-eager"),
 }
 # frameworks whose stack depends on the training precision
 BY_PRECISION: dict[tuple[str, str], str] = {
@@ -295,15 +304,19 @@ def code_bases(
     sequence_parallel: bool = False,
     recompute: str | None = None,
     model: ModelSpec | None = None,
+    precision: str | None = None,
 ) -> tuple[str, ...]:
     """Every code base a schema 1 framework name could stand for that runs what the case
-    states, oldest first (:data:`BY_CAPABILITY`): ``megatron-lm`` on an A100 running full
-    recompute without sequence parallelism could be the 2021 code, the 2022 code or
-    Megatron-Core, and schema 1 does not say which. Empty where the name stands for one code
-    base on this GPU (every other framework, Hopper and later, a ZeRO-3 case). The first is
-    the one :func:`stack_for_framework` costs; validation ranges over all of them."""
+    states, the one :func:`stack_for_framework` costs first: the code bases of
+    :data:`BY_CAPABILITY`, oldest first (``megatron-lm`` on an A100 running full recompute
+    without sequence parallelism could be the 2021 code, the 2022 code or Megatron-Core), or
+    the execution modes of :data:`EXECUTION_MODES` (``torchtitan`` compiled or eager; fp8 runs
+    compiled only). Empty where the name stands for one stack here (every other framework,
+    Megatron on Hopper and later, a ZeRO-3 case). Validation ranges over all of them."""
     key = normalise(framework)
     has_fp8 = _has_fp8(cluster)
+    if key in EXECUTION_MODES and not BY_PRECISION.get((key, precision or "")):
+        return EXECUTION_MODES[key]
     if key not in FRAMEWORK_STACKS or BY_GENERATION.get((key, has_fp8)):
         return ()
     if _zero3_stack(key, has_fp8, zero, model):
@@ -317,6 +330,7 @@ __all__ = [
     "BY_GENERATION",
     "BY_PRECISION",
     "BY_ZERO3",
+    "EXECUTION_MODES",
     "FRAMEWORK_STACKS",
     "UNKNOWN_ZERO3_STACK",
     "code_bases",

@@ -164,6 +164,7 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             bool(case.layout.sequence_parallel),
             case.training.recompute,
             model,
+            case.training.precision,
         )
         if stack_id in bases:
             others = tuple(load_stack(s) for s in bases if s != stack_id)

@@ -136,7 +136,7 @@ def _over_code_bases(
     """Widen the case's predicted range over the other code bases its schema 1 framework
     name could stand for (:func:`planner.validate.frameworks.code_bases`): each costed at the
     stated inputs, its unstated knobs tuned over the same grid; one that cannot run or fit
-    them is left out. The prediction stays the oldest code base's."""
+    them is left out. The prediction stays the one the framework table picks."""
     lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or [rep.tokens_per_s_per_gpu] * 2
     spanned = [i.stack.name]
     for other in i.other_code_bases:
@@ -178,9 +178,9 @@ def _over_code_bases(
     out["range_code_bases"] = spanned
     framework = getattr(case, "framework", None) or ""
     notes.append(
-        f"framework {framework!r} names no version: costed as {i.stack.name}, the oldest of "
-        f"its code bases that runs the case; the range spans {', '.join(spanned)} "
-        f"({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
+        f"framework {framework!r} does not say which of its code bases ran: costed as "
+        f"{i.stack.name}; the range spans {', '.join(spanned)} ({lo:,.0f}-{hi:,.0f} "
+        "tokens/s/GPU)"
     )
 
 

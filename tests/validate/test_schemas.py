@@ -162,6 +162,11 @@ def test_code_bases_are_those_a_name_could_stand_for():
     assert code_bases("nemo", a100) == code_bases("my-own-trainer", a100) == ()
     swiglu = planner.load_model("gpt3-175b").model_copy(update={"activation": "swiglu"})
     assert code_bases("megatron-lm", a100, 0, False, "full", swiglu) == ()
+    # torchtitan compiles only when asked: a bf16 row may have run eager; fp8 runs compiled
+    modes = ("torchtitan-compiled", "torchtitan-eager")
+    assert code_bases("torchtitan", h100, precision="bf16") == modes
+    assert code_bases("torchtitan", h100, precision="fp8") == ()
+    assert code_bases("torchtitan-eager", h100, precision="bf16") == ()
 
 
 def _a100_megatron_case(**training) -> dict:
@@ -182,7 +187,7 @@ def test_a_versionless_framework_ranges_over_its_code_bases(micro_batch):
     assert row["status"] == "ok", row["reason"]
     assert row["stack"] == "megatron-lm-2021"
     assert row["range_code_bases"] == ["megatron-lm-2021", "megatron-lm-2022", "megatron-core"]
-    assert "names no version" in row["reason"]
+    assert "does not say which of its code bases ran" in row["reason"]
     lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
     assert row["in_range"] == (lo <= 110.0 <= hi)
     named = {}
@@ -270,7 +275,7 @@ def test_a_versioned_stack_or_hopper_gets_no_code_base_range():
     raw["cluster"] = "dgx-h100"
     row = run_case(raw, planner.default_profile, 1)
     assert row["status"] == "ok", row["reason"]
-    assert "range_code_bases" not in row and "names no version" not in row["reason"]
+    assert "range_code_bases" not in row and "code bases ran" not in row["reason"]
 
 
 def test_every_table_entry_is_a_shipped_stack():
