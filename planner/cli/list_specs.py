@@ -53,12 +53,15 @@ def describe(kind: str, spec_id: str) -> str:
 
 def framework_rows() -> list[tuple[str, str]]:
     """Schema 1 framework names and the stack each stands for (planner/validate/frameworks.py)."""
+    from planner.stacks import DEFAULT_STACK
     from planner.validate.frameworks import (
         BY_CAPABILITY,
         BY_GENERATION,
         BY_PRECISION,
         BY_ZERO3,
         FRAMEWORK_STACKS,
+        UNKNOWN_FSDP_FROM_ZERO,
+        UNKNOWN_ZERO3_STACK,
     )
 
     rows = []
@@ -81,6 +84,13 @@ def framework_rows() -> list[tuple[str, str]]:
             if n == name and not fp8
         ]
         rows.append((name, stack + (f" ({'; '.join(extra)})" if extra else "")))
+    rows.append(
+        (
+            "(any other name)",
+            f"{DEFAULT_STACK} ({UNKNOWN_ZERO3_STACK} with ZeRO {UNKNOWN_FSDP_FROM_ZERO} or 3; "
+            "planner validate --strict: the case's error)",
+        )
+    )
     return rows
 
 

@@ -278,6 +278,16 @@ def test_a_versioned_stack_or_hopper_gets_no_code_base_range():
     assert "range_code_bases" not in row and "code bases ran" not in row["reason"]
 
 
+def test_the_listed_table_names_every_framework_and_the_rule_for_others():
+    from planner.cli.list_specs import framework_rows
+    from planner.validate.frameworks import FRAMEWORK_STACKS
+
+    rows = dict(framework_rows())
+    assert set(FRAMEWORK_STACKS) < set(rows)
+    other = rows["(any other name)"]
+    assert DEFAULT_STACK in other and "torchtitan-eager with ZeRO 2 or 3" in other
+
+
 def test_every_table_entry_is_a_shipped_stack():
     from planner.validate.frameworks import (
         BY_GENERATION,
