@@ -61,7 +61,7 @@ def framework_rows() -> list[tuple[str, str]]:
         BY_ZERO3,
         FRAMEWORK_STACKS,
         UNKNOWN_FSDP_FROM_ZERO,
-        UNKNOWN_ZERO3_STACK,
+        UNKNOWN_FSDP_STACK,
     )
 
     rows = []
@@ -87,7 +87,7 @@ def framework_rows() -> list[tuple[str, str]]:
     rows.append(
         (
             "(any other name)",
-            f"{DEFAULT_STACK} ({UNKNOWN_ZERO3_STACK} with ZeRO {UNKNOWN_FSDP_FROM_ZERO} or 3; "
+            f"{DEFAULT_STACK} ({UNKNOWN_FSDP_STACK} with ZeRO {UNKNOWN_FSDP_FROM_ZERO} or 3; "
             "planner validate --strict: the case's error)",
         )
     )

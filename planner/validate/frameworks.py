@@ -37,7 +37,7 @@ the range of tokens/s/GPU over them (with the range over any unstated knob) as t
 predicted range.
 
 ``planner list frameworks`` prints the table. A framework that is not in it is costed under
-:data:`planner.stacks.DEFAULT_STACK` (under :data:`UNKNOWN_ZERO3_STACK`, PyTorch FSDP2, where
+:data:`planner.stacks.DEFAULT_STACK` (under :data:`UNKNOWN_FSDP_STACK`, PyTorch FSDP2, where
 the case states ZeRO stage 2 or 3) and the case's row says so (schema 1 says an unknown
 framework must still be simulated); ``planner validate --strict`` makes it the case's error.
 """
@@ -107,7 +107,7 @@ FRAMEWORK_STACKS: dict[str, str] = {
 # shipped stack that runs them under tensor, context and pipeline parallelism (not the default
 # stack's Megatron-FSDP, which reduces every micro-batch's gradients, and at stage 3 gathers
 # every layer again, for each micro-batch of a pipeline)
-UNKNOWN_ZERO3_STACK = "torchtitan-eager"
+UNKNOWN_FSDP_STACK = "torchtitan-eager"
 UNKNOWN_FSDP_FROM_ZERO = 2
 # frameworks whose stack depends on the GPU generation: (framework, has FP8 tensor cores)
 BY_GENERATION: dict[tuple[str, bool], str] = {
@@ -275,9 +275,9 @@ def stack_for_framework(
         if strict:
             raise PlannerError("framework", f"{framework!r} is not a known framework", valid)
         if (zero or 0) >= UNKNOWN_FSDP_FROM_ZERO:
-            return UNKNOWN_ZERO3_STACK, (
+            return UNKNOWN_FSDP_STACK, (
                 f"framework {framework!r} is not in the framework table ({valid}): its ZeRO "
-                f"stage {zero} (sharded gradients) costed under {UNKNOWN_ZERO3_STACK}, PyTorch "
+                f"stage {zero} (sharded gradients) costed under {UNKNOWN_FSDP_STACK}, PyTorch "
                 "FSDP2"
             )
         return DEFAULT_STACK, (
@@ -314,14 +314,11 @@ def code_bases(
     compiled only). Empty where the name stands for one stack here (every other framework,
     Megatron on Hopper and later, a ZeRO-3 case). Validation ranges over all of them."""
     key = normalise(framework)
-    has_fp8 = _has_fp8(cluster)
     if key in EXECUTION_MODES and not BY_PRECISION.get((key, precision or "")):
         return EXECUTION_MODES[key]
-    if key not in FRAMEWORK_STACKS or BY_GENERATION.get((key, has_fp8)):
-        return ()
-    if _zero3_stack(key, has_fp8, zero, model):
-        return ()
-    running = _running_eras(key, has_fp8, zero, sequence_parallel, recompute, model)
+    # BY_CAPABILITY has no row on Hopper and later, and a ZeRO-3 case leaves at most
+    # Megatron-Core running: both come back empty here
+    running = _running_eras(key, _has_fp8(cluster), zero, sequence_parallel, recompute, model)
     return running if len(running) > 1 else ()
 
 
@@ -332,7 +329,7 @@ __all__ = [
     "BY_ZERO3",
     "EXECUTION_MODES",
     "FRAMEWORK_STACKS",
-    "UNKNOWN_ZERO3_STACK",
+    "UNKNOWN_FSDP_STACK",
     "code_bases",
     "normalise",
     "stack_for_framework",

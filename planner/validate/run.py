@@ -113,9 +113,7 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
         else:
             rep, costed = _record_tuned(out, case, tuned, notes), (tuned.layout, tuned.training)
     if rep is None:
-        rep = simulate_step(
-            i.model, i.cluster, i.layout, i.training, profile, stack=i.stack, enforce_stack=False
-        )
+        rep = _stated_report(i, profile, i.stack)
     if rep.fits and i.other_code_bases:
         _over_code_bases(out, case, i, rep, profile, notes)
     if not rep.fits and not isinstance(case, CaseV2):
@@ -142,27 +140,10 @@ def _over_code_bases(
     for other in i.other_code_bases:
         try:
             if i.unstated:
-                tuned = tuned_prediction(
-                    i.model,
-                    i.cluster,
-                    i.layout,
-                    i.training,
-                    profile,
-                    i.unstated,
-                    other,
-                    enforce_stack=False,
-                )
+                tuned = _tuned(i, i.training, profile, other)
                 rates = (tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)
             else:
-                report = simulate_step(
-                    i.model,
-                    i.cluster,
-                    i.layout,
-                    i.training,
-                    profile,
-                    stack=other,
-                    enforce_stack=False,
-                )
+                report = _stated_report(i, profile, other)
                 if not report.fits:
                     continue
                 rates = (report.tokens_per_s_per_gpu,) * 2
@@ -184,8 +165,17 @@ def _over_code_bases(
     )
 
 
-def _tuned(i: CaseInputs, training: Training, profile: Any) -> Any:
-    """The tuned prediction of the case's unstated knobs under ``training``."""
+def _stated_report(i: CaseInputs, profile: Any, stack: Any) -> Any:
+    """The case's stated inputs costed under ``stack`` (what the stack cannot run is costed as
+    stated: the row says so)."""
+    return simulate_step(
+        i.model, i.cluster, i.layout, i.training, profile, stack=stack, enforce_stack=False
+    )
+
+
+def _tuned(i: CaseInputs, training: Training, profile: Any, stack: Any = None) -> Any:
+    """The tuned prediction of the case's unstated knobs under ``training`` and ``stack``
+    (None: the case's own)."""
     return tuned_prediction(
         i.model,
         i.cluster,
@@ -193,7 +183,7 @@ def _tuned(i: CaseInputs, training: Training, profile: Any) -> Any:
         training,
         profile,
         i.unstated,
-        i.stack,
+        i.stack if stack is None else stack,
         enforce_stack=i.enforce_stack,
     )
 
