@@ -26,15 +26,16 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
   DeepSpeed ZeRO-3 (a model that code could not express, a GLU activation or grouped-query
   attention, dates the row later: Megatron-Core's FSDP);
 * ``torchtitan`` with ``precision: fp8`` is ``torchtitan-compiled-float8`` (torchao Float8
-  needs torch.compile); otherwise ``torchtitan-compiled`` (its published benchmark configs
-  compile the model).
+  needs torch.compile); otherwise ``torchtitan-eager``: its train configs leave compile off
+  (``[compile] enable = false``), and a compiled run's range is spanned (below).
 
 Schema 1 does not say which version of a code base ran, nor whether torchtitan compiled:
 where several of a framework's code bases (:data:`BY_CAPABILITY`) run what a case states,
-:func:`stack_for_framework` costs the oldest, a ``torchtitan`` row is costed compiled
+:func:`stack_for_framework` costs the oldest, a bf16 ``torchtitan`` row is costed eager
 (:data:`EXECUTION_MODES`), :func:`code_bases` lists them all, and ``planner validate`` reports
 the range of tokens/s/GPU over them (with the range over any unstated knob) as the case's
-predicted range.
+predicted range. Nor does it say whether torchtitan compiled its loss (:data:`V1_LOSS`): the
+row is costed with the uncompiled loss, the larger peak.
 
 ``planner list frameworks`` prints the table. A framework that is not in it is costed under
 :data:`planner.stacks.DEFAULT_STACK` (under :data:`UNKNOWN_FSDP_STACK`, PyTorch FSDP2, where
@@ -69,7 +70,7 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "gpt-neox": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
     "deepspeed": "deepspeed-zero",
     "deepspeed-zero": "deepspeed-zero",
-    "torchtitan": "torchtitan-compiled",  # precision fp8: torchtitan-compiled-float8
+    "torchtitan": "torchtitan-eager",  # precision fp8: torchtitan-compiled-float8
     "torchtitan-eager": "torchtitan-eager",
     "torchtitan-compiled": "torchtitan-compiled",
     "torchtitan-async-tp": "torchtitan-async-tp",
@@ -139,10 +140,19 @@ BY_CAPABILITY: dict[tuple[str, bool], tuple[str, ...]] = {
 # frameworks published under one name whose execution mode a schema 1 case cannot state: the
 # stack the table costs first, then the others the name could stand for (torchtitan compiles
 # only with training.compile / compile.enable, off in its train configs' defaults, e.g.
-# torchtitan/models/llama3/train_configs/llama3_8b.toml [compile] enable=false)
+# torchtitan/models/llama3/train_configs/llama3_8b.toml [compile] enable=false: the default,
+# eager, first; its paper's tables, arXiv 2410.06511 Tables 1 and 3, publish both)
 EXECUTION_MODES: dict[str, tuple[str, ...]] = {
-    "torchtitan": ("torchtitan-compiled", "torchtitan-eager"),
+    "torchtitan": ("torchtitan-eager", "torchtitan-compiled"),
 }
+# what changed inside one stack's code base and a schema 1 case cannot state: torchtitan
+# compiles its loss with the model from 2024-10-22 to 2024-12-18 and again since 2025-04-02
+# (stacks/torchtitan-compiled.yaml); the runs before and between (its paper's tables, arXiv
+# 2410.06511, and the torchao Float8 tables of 2025-03) ran F.cross_entropy on an fp32 copy of
+# the logits. A schema 1 row on a stack whose loss compiles is costed with that uncompiled
+# loss: its peak is the larger (12 B per logit in backward against 4), so the answer to "does it
+# fit" holds for whichever version ran
+V1_LOSS: dict[str, str] = {"compiled": "fp32_log_softmax"}
 # frameworks whose stack depends on the training precision
 BY_PRECISION: dict[tuple[str, str], str] = {
     ("torchtitan", "fp8"): "torchtitan-compiled-float8",
@@ -329,6 +339,7 @@ __all__ = [
     "BY_ZERO3",
     "EXECUTION_MODES",
     "FRAMEWORK_STACKS",
+    "V1_LOSS",
     "UNKNOWN_FSDP_STACK",
     "code_bases",
     "normalise",

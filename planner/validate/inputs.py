@@ -20,7 +20,7 @@ from planner.specs.loading import load_cluster, load_model, load_stack, shipped_
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
 from planner.validate.cases import Case, CaseV2, Knob
-from planner.validate.frameworks import code_bases, stack_for_framework
+from planner.validate.frameworks import V1_LOSS, code_bases, stack_for_framework
 
 
 @dataclass
@@ -171,6 +171,13 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         if model_note:
             notes.append(model_note)
     layout, training = _stated(case)
+    loss = V1_LOSS.get(stack.kernels.cross_entropy)
+    if not isinstance(case, CaseV2) and loss is not None:
+        training = training.model_copy(update={"cross_entropy": loss})
+        notes.append(
+            f"loss: {loss} (schema 1 cannot state whether {stack.name}'s version compiled its "
+            "loss; the uncompiled loss has the larger peak)"
+        )
     if layout.world_size != case.num_gpus:
         raise PlannerError(
             "layout",

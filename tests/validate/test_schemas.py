@@ -91,7 +91,8 @@ def test_framework_table_maps_names_to_shipped_stacks():
     assert neox[0] == "megatron-deepspeed"
     assert stack_for_framework("NeMo Megatron", a100, "bf16") == ("nemo", None)
     assert stack_for_framework("torchtitan", h100, "fp8")[0] == "torchtitan-compiled-float8"
-    assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-compiled"
+    # its train configs leave compile off: a bf16 row is costed eager (its range spans compiled)
+    assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-eager"
     # the published MPT tables' llm-foundry (Triton FlashAttention), not today's
     assert stack_for_framework("llm-foundry", h100, None)[0] == "llm-foundry-2023"
     assert normalise(" NeMo_Framework ") == "nemo-framework"
@@ -163,10 +164,35 @@ def test_code_bases_are_those_a_name_could_stand_for():
     swiglu = planner.load_model("gpt3-175b").model_copy(update={"activation": "swiglu"})
     assert code_bases("megatron-lm", a100, 0, False, "full", swiglu) == ()
     # torchtitan compiles only when asked: a bf16 row may have run eager; fp8 runs compiled
-    modes = ("torchtitan-compiled", "torchtitan-eager")
+    modes = ("torchtitan-eager", "torchtitan-compiled")
     assert code_bases("torchtitan", h100, precision="bf16") == modes
     assert code_bases("torchtitan", h100, precision="fp8") == ()
     assert code_bases("torchtitan-eager", h100, precision="bf16") == ()
+
+
+def test_a_schema_1_torchtitan_row_is_costed_with_the_uncompiled_loss():
+    """Schema 1 cannot say whether torchtitan's version compiled its loss: an fp8 row (costed
+    under torchtitan-compiled-float8, whose own loss compiles) takes the uncompiled fp32 loss,
+    whose peak is the larger, and says so; schema 2 names the stack and keeps its loss."""
+    over = {
+        "framework": "torchtitan",
+        "layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 3},
+        "training": {"seq_len": 8192, "global_batch": 16, "micro_batch": 2, "precision": "fp8"},
+    }
+    v1 = run_case(_v1(**over), planner.default_profile, 1)
+    assert v1["status"] == "ok" and v1["stack"] == "torchtitan-compiled-float8", v1["reason"]
+    assert "fp32_log_softmax" in v1["reason"]
+    raw = _v2(**{**over, "framework": "torchtitan-compiled-float8"})
+    v2 = run_case(raw, planner.default_profile, 2)
+    assert v2["status"] == "ok" and "fp32_log_softmax" not in v2["reason"]
+    assert v1["predicted_peak_memory_gib"] > v2["predicted_peak_memory_gib"]
+    raw["training"]["cross_entropy"] = "fp32_log_softmax"
+    stated = run_case(raw, planner.default_profile, 2)
+    assert stated["predicted_peak_memory_gib"] == v1["predicted_peak_memory_gib"]
+    # a bf16 row is costed eager (its train configs' default), whose loss is the uncompiled one
+    bf16 = run_case(_v1(**{**over, "training": {"precision": "bf16"}}), planner.default_profile, 1)
+    assert bf16["stack"] == "torchtitan-eager"
+    assert bf16["range_code_bases"] == ["torchtitan-eager", "torchtitan-compiled"]
 
 
 def _a100_megatron_case(**training) -> dict:
