@@ -120,7 +120,7 @@ def test_reserved_is_at_least_allocated_and_fsdp_stacks_report_reserved() -> Non
     [
         ("deepspeed-zero", Layout(tp=2, dp=4), "layout.tp"),
         ("llm-foundry", Layout(pp=2, dp=4, zero=3), "layout.pp"),
-        ("nemo", Layout(dp=8, zero=3), "layout.zero"),
+        ("nemo", Layout(dp=8, zero=2), "layout.zero"),
         ("megatron-core", Layout(pp=2, dp=4, schedule="zbv", vpp=2), "layout.schedule"),
     ],
 )
