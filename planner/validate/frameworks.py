@@ -255,12 +255,20 @@ def _running_eras(
     return tuple(s for s in eras if _runs(s, zero, sequence_parallel, recompute, model))
 
 
-def _zero3_stack(key: str, has_fp8: bool, zero: int | None, model: ModelSpec | None) -> str | None:
+def _zero3_stack(
+    key: str, has_fp8: bool, zero: int | None, model: ModelSpec | None, tp: int, pp: int
+) -> str | None:
     """:data:`BY_ZERO3`'s stack for a case that states ZeRO 3, where that code could express
-    the model (DeepSpeed's 2021 ZeRO-3 ran Megatron's GPT: a SwiGLU or grouped-query model of a
-    ``megatron-lm`` ZeRO-3 row ran later code, Megatron-Core's FSDP); else None."""
+    the model and run its tensor and pipeline parallelism (DeepSpeed's 2021 ZeRO-3 ran
+    Megatron's GPT data-parallel only: a SwiGLU or grouped-query model, or TP / PP beside
+    ZeRO 3, of a ``megatron-lm`` row is later code, Megatron-Core's FSDP); else None."""
     stack = BY_ZERO3.get((key, has_fp8)) if (zero or 0) >= 3 else None
-    if stack is not None and model is not None and model_violations(load_stack(stack), model):
+    if stack is None:
+        return None
+    spec = load_stack(stack)
+    if (tp > 1 and not spec.capabilities.tp) or (pp > 1 and not spec.capabilities.pp):
+        return None
+    if model is not None and model_violations(spec, model):
         return None
     return stack
 
@@ -274,11 +282,14 @@ def stack_for_framework(
     sequence_parallel: bool = False,
     recompute: str | None = None,
     model: ModelSpec | None = None,
+    tp: int = 1,
+    pp: int = 1,
 ) -> tuple[str, str | None]:
     """The shipped stack id for a schema 1 case, and a note when the framework is not in the
     table (costed under the default stack); ``strict``: that is a PlannerError instead.
-    ``zero``, ``sequence_parallel``, ``recompute`` and ``model`` are what the case states
-    (None: not stated): they pick among a framework's code bases (:data:`BY_CAPABILITY`)."""
+    ``zero``, ``sequence_parallel``, ``recompute``, ``model``, ``tp`` and ``pp`` are what the
+    case states (None: not stated): they pick among a framework's code bases
+    (:data:`BY_CAPABILITY`, :data:`BY_ZERO3`)."""
     key = normalise(framework)
     if key not in FRAMEWORK_STACKS:
         valid = ", ".join(sorted(FRAMEWORK_STACKS))
@@ -298,7 +309,7 @@ def stack_for_framework(
     eras = BY_CAPABILITY.get((key, has_fp8), ())
     running = _running_eras(key, has_fp8, zero, sequence_parallel, recompute, model)
     stack = (
-        _zero3_stack(key, has_fp8, zero, model)
+        _zero3_stack(key, has_fp8, zero, model, tp, pp)
         or BY_GENERATION.get((key, has_fp8))
         or BY_PRECISION.get((key, precision or ""))
         or (running[0] if running else None)

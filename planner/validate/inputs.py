@@ -154,6 +154,8 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             bool(case.layout.sequence_parallel),
             case.training.recompute,
             model,
+            case.layout.tp,
+            case.layout.pp,
         )
         stack, enforce, listed = load_stack(stack_id), False, ()
         notes.append(note or f"framework {framework!r}: stack {stack_id}")

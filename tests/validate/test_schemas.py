@@ -63,6 +63,9 @@ def test_framework_table_maps_names_to_shipped_stacks():
     # Megatron-LM had no ZeRO-3: a ZeRO-3 row of its 2021 papers ran DeepSpeed's
     z3 = stack_for_framework("megatron-lm", a100, "fp16", zero=3)
     assert z3 == ("deepspeed-zero3-2021", None)
+    # ...data-parallel only: ZeRO 3 beside TP or PP is Megatron-Core's FSDP
+    assert stack_for_framework("megatron-lm", a100, "fp16", zero=3, tp=8)[0] == "megatron-core"
+    assert stack_for_framework("megatron-lm", a100, "fp16", zero=3, pp=2)[0] == "megatron-core"
     # ...where that code could express the model: a SwiGLU one ran Megatron-Core's FSDP
     llama = planner.load_model("llama3.1-8b")
     assert stack_for_framework("megatron-lm", a100, "bf16", zero=3, model=llama)[0] == (
