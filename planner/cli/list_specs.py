@@ -62,6 +62,7 @@ def framework_rows() -> list[tuple[str, str]]:
         FRAMEWORK_STACKS,
         UNKNOWN_FSDP_FROM_ZERO,
         UNKNOWN_FSDP_STACK,
+        WITH_MODEL_PARALLEL,
     )
 
     rows = []
@@ -77,6 +78,8 @@ def framework_rows() -> list[tuple[str, str]]:
             if n == name and not fp8
         ]
         extra += [f"{s} with precision {p}" for (n, p), s in BY_PRECISION.items() if n == name]
+        if name in WITH_MODEL_PARALLEL:
+            extra.append(f"with TP or PP: as {WITH_MODEL_PARALLEL[name]}")
         extra += [
             f"on GPUs without FP8 tensor cores the first of {', '.join(eras)} that runs the "
             "stated ZeRO stage, sequence parallelism and recompute"

@@ -25,6 +25,8 @@ nothing else about a case (its source, year or notes) is read. Two rows depend o
   distributed optimizer is ZeRO-1), and Narayanan et al. 2021 section 5.2 compares with
   DeepSpeed ZeRO-3 (a model that code could not express, a GLU activation or grouped-query
   attention, dates the row later: Megatron-Core's FSDP);
+* ``deepspeed`` with tensor or pipeline parallelism ran Megatron's model on DeepSpeed (its
+  "3D parallelism"): it reads as ``megatron-deepspeed`` (:data:`WITH_MODEL_PARALLEL`);
 * ``torchtitan`` with ``precision: fp8`` is ``torchtitan-compiled-float8`` (torchao Float8
   needs torch.compile); otherwise ``torchtitan-eager``: its train configs leave compile off
   (``[compile] enable = false``), and a compiled run's range is spanned (below).
@@ -153,6 +155,16 @@ EXECUTION_MODES: dict[str, tuple[str, ...]] = {
 # loss: its peak is the larger (12 B per logit in backward against 4), so the answer to "does it
 # fit" holds for whichever version ran
 V1_LOSS: dict[str, str] = {"compiled": "fp32_log_softmax"}
+# DeepSpeed by itself is data parallel (ZeRO); a DeepSpeed row that states tensor or pipeline
+# parallelism ran Megatron's model on it: DeepSpeed's "3D parallelism" is Megatron-LM's TP
+# with DeepSpeed's pipeline engine and ZeRO (Rasley et al. 2020, KDD, and the DeepSpeed blog
+# of 2020-09-10; its code, Megatron-DeepSpeed, trained BLOOM and MT-NLG), so the name reads as
+# megatron-deepspeed, with that name's code bases
+WITH_MODEL_PARALLEL: dict[str, str] = {
+    "deepspeed": "megatron-deepspeed",
+    "deepspeed-zero": "megatron-deepspeed",
+    "deepspeed-zero3": "megatron-deepspeed",
+}
 # frameworks whose stack depends on the training precision
 BY_PRECISION: dict[tuple[str, str], str] = {
     ("torchtitan", "fp8"): "torchtitan-compiled-float8",
@@ -237,6 +249,13 @@ def _runs(
     return not any(e.field in _ERA_FIELDS for e in stack_violations(stack, layout, training))
 
 
+def _key(framework: str, tp: int, pp: int) -> str:
+    """The table key a case's framework name stands for, given its TP and PP
+    (:data:`WITH_MODEL_PARALLEL`)."""
+    key = normalise(framework)
+    return WITH_MODEL_PARALLEL.get(key, key) if max(tp, pp) > 1 else key
+
+
 def _has_fp8(cluster: Cluster) -> bool:
     return cluster.accelerator.peak_tflops.fp8 is not None
 
@@ -289,8 +308,8 @@ def stack_for_framework(
     table (costed under the default stack); ``strict``: that is a PlannerError instead.
     ``zero``, ``sequence_parallel``, ``recompute``, ``model``, ``tp`` and ``pp`` are what the
     case states (None: not stated): they pick among a framework's code bases
-    (:data:`BY_CAPABILITY`, :data:`BY_ZERO3`)."""
-    key = normalise(framework)
+    (:data:`BY_CAPABILITY`, :data:`BY_ZERO3`, :data:`WITH_MODEL_PARALLEL`)."""
+    key = _key(framework, tp, pp)
     if key not in FRAMEWORK_STACKS:
         valid = ", ".join(sorted(FRAMEWORK_STACKS))
         if strict:
@@ -326,6 +345,8 @@ def code_bases(
     recompute: str | None = None,
     model: ModelSpec | None = None,
     precision: str | None = None,
+    tp: int = 1,
+    pp: int = 1,
 ) -> tuple[str, ...]:
     """Every code base a schema 1 framework name could stand for that runs what the case
     states, the one :func:`stack_for_framework` costs first: the code bases of
@@ -334,7 +355,7 @@ def code_bases(
     the execution modes of :data:`EXECUTION_MODES` (``torchtitan`` compiled or eager; fp8 runs
     compiled only). Empty where the name stands for one stack here (every other framework,
     Megatron on Hopper and later, a ZeRO-3 case). Validation ranges over all of them."""
-    key = normalise(framework)
+    key = _key(framework, tp, pp)
     if key in EXECUTION_MODES and not BY_PRECISION.get((key, precision or "")):
         return EXECUTION_MODES[key]
     # BY_CAPABILITY has no row on Hopper and later, and a ZeRO-3 case leaves at most

@@ -167,6 +167,8 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             case.training.recompute,
             model,
             case.training.precision,
+            case.layout.tp,
+            case.layout.pp,
         )
         if stack_id in bases:
             others = tuple(load_stack(s) for s in bases if s != stack_id)

@@ -19,7 +19,7 @@ from planner.validate import (
     run_case,
     stack_for_framework,
 )
-from planner.validate.frameworks import BY_CAPABILITY, normalise
+from planner.validate.frameworks import BY_CAPABILITY, code_bases, normalise
 from planner.validate.inputs import V1_MODEL_KEYS
 
 # the model keys a schema 1 case states (planner.validate.inputs.V1_MODEL_KEYS), its name and moe
@@ -96,6 +96,11 @@ def test_framework_table_maps_names_to_shipped_stacks():
     assert stack_for_framework("torchtitan", h100, "fp8")[0] == "torchtitan-compiled-float8"
     # its train configs leave compile off: a bf16 row is costed eager (its range spans compiled)
     assert stack_for_framework("torchtitan", h100, "bf16")[0] == "torchtitan-eager"
+    # DeepSpeed is data parallel: with TP or PP it ran Megatron's model (Megatron-DeepSpeed)
+    assert stack_for_framework("deepspeed", a100, "fp16")[0] == "deepspeed-zero"
+    assert stack_for_framework("DeepSpeed", a100, "fp16", tp=4)[0] == "megatron-deepspeed-2022"
+    assert stack_for_framework("deepspeed", h100, "bf16", pp=2)[0] == "megatron-deepspeed"
+    assert code_bases("deepspeed", a100, tp=4) == ("megatron-deepspeed-2022", "megatron-deepspeed")
     # the published MPT tables' llm-foundry (Triton FlashAttention), not today's
     assert stack_for_framework("llm-foundry", h100, None)[0] == "llm-foundry-2023"
     assert normalise(" NeMo_Framework ") == "nemo-framework"
@@ -142,8 +147,6 @@ def test_the_stated_model_dates_the_code_base(change: dict, field: str | None) -
 
 
 def test_code_bases_are_those_a_name_could_stand_for():
-    from planner.validate.frameworks import code_bases
-
     a100, h100 = planner.load_cluster("dgx-a100-80gb"), planner.load_cluster("dgx-h100")
     eras = ("megatron-lm-2021", "megatron-lm-2022", "megatron-core")
     assert code_bases("megatron-lm", a100, zero=0, recompute="full") == eras
