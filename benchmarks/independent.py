@@ -6,8 +6,9 @@ Reads every schema 2 file under ``benchmarks/independent/`` (torchtitan FSDP2 ea
 Float8 / async TP, DeepSpeed ZeRO, Megatron-DeepSpeed, llm-foundry, Megatron-Core, NeMo and
 Megatron-Bridge runs that are not in ``public.yaml``; sources in each case) and prints, per
 stack and over all curated runs (and, apart, per group of the bulk files: vTrain's 1,549
-measured iterations, ``benchmarks/vtrain_import.py``, and the 121 runs of the Megatron-Bridge
-performance archive's other releases): tokens/s/GPU MAPE, median, p90,
+measured iterations, ``benchmarks/vtrain_import.py``, the 121 runs of the Megatron-Bridge
+performance archive's other releases and the 238 rows of the DGX Cloud Benchmarking tables):
+tokens/s/GPU MAPE, median, p90,
 the runs predicted out of memory,
 the memory MAPE against the measured peak of the kind the source published (allocated or
 reserved), the share of runs with unstated knobs whose measurement falls in the predicted
@@ -58,6 +59,12 @@ def _bridge_group(row: dict) -> str:
     return f"{'moe' if row['moe'] else 'dense'} {row['cluster']}"
 
 
+def _dgxc_group(row: dict) -> str:
+    """A DGX Cloud Benchmarking run's group: its workload and cluster."""
+    workload = row["id"].split("_")[2]  # dgxc<tag>_<gpu>_<workload>_...
+    return f"{workload} {row['cluster']}"
+
+
 BULK = {
     "vtrain.yaml": (
         "vTrain measured iterations (Bang et al. 2024), Megatron-DeepSpeed, A100",
@@ -65,6 +72,11 @@ BULK = {
     ),
     "bridge_2509_2602.yaml": (BRIDGE_TITLE, _bridge_group),
     "bridge_2604_2608.yaml": (BRIDGE_TITLE, _bridge_group),
+    "dgxc.yaml": (
+        "NVIDIA DGX Cloud Benchmarking tables, tags v24.11.1-v25.05.05 (NeMo; the tables "
+        "public.yaml holds left out)",
+        _dgxc_group,
+    ),
 }
 
 

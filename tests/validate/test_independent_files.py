@@ -21,6 +21,7 @@ def test_the_independent_set_has_its_files():
         "others.yaml",
         "vtrain.yaml",
         "nemo_summary.yaml",
+        "dgxc.yaml",
         *bridge,
     }
 
