@@ -85,8 +85,9 @@ NOTES = """\
   2022 fork or the rebased one. Since 2026-12-06 a schema 1 row costs the oldest code base that
   runs what it states (as before: the prediction is unchanged) and its range spans every one
   that does (`planner/validate/frameworks.py` `code_bases`; the row lists them in
-  `range_code_bases`; a bf16 `torchtitan` row likewise spans compiled and eager, none in
-  public.yaml): 24 -> 27 ranged rows, coverage 45.8 -> 81.5%. Still outside: the
+  `range_code_bases`; a bf16 `torchtitan` row likewise spans eager, its train configs'
+  default and the prediction since 2026-12-06, and compiled, none in public.yaml): 24 -> 27
+  ranged rows, coverage 45.8 -> 81.5%. Still outside: the
   Korthikanti et al. 2022 full-recompute baselines at 530B and 1T (1-3% above Megatron-Core's
   end, 3-5% above the 2022 code their schema 2 copies name), the 22B selective-recompute row
   and BLOOM (the model fast: +3.7% and +11.6% at the ranges' lower ends), and DeepSeek-V3 on
@@ -138,6 +139,23 @@ NOTES = """\
   systems. Tried and not adopted: counting the grouped GEMM's per-expert launches at a quarter
   of a Python op (Transformer Engine issues them from C++): B200 MoE 27.0 -> 20.8% but H100 MoE
   12.6 -> 20.9% before any refit.
+* **What schema 1 cannot say about torchtitan** (2026-12-06): whether the run compiled, and
+  whether that version compiled its loss (with the model 2024-10-22 to 2024-12-18 and since
+  2025-04-02; the paper's tables and torchao's Float8 tables of 2025-03 ran `F.cross_entropy`
+  on an fp32 copy). A schema 1 `torchtitan` row was costed compiled, loss compiled: the
+  curated torchtitan rows written as schema 1 were 12.6% off in tokens/s (eager runs +10..+23%)
+  and their 31 measured peaks 18.0% (the paper's long-context Float8 rows 50 GiB predicted
+  against 84 measured). Now a bf16 row is costed eager (its train configs' default; the range
+  spans compiled) and every schema 1 torchtitan row with the uncompiled loss, the larger peak
+  (`frameworks.V1_LOSS`): 10.6% and 14.4%; the rows of torchtitan versions whose loss compiles
+  (2025-06 and later) are now over in memory (+30..+51%) where they were close.
+* **More of the sources public.yaml draws on** (2026-12-06, independent, no fit reads them):
+  238 rows of the DGX Cloud Benchmarking READMEs (tags v24.11.1-v25.05.05, NeMo on H100 and
+  GB200, rows public.yaml holds left out): dense 4.2% over 189 rows (Llama 3.1 3.6%, Nemotron-4
+  3.8%, GPT-3 175B 6.6%), MoE 18.9% over 49 (Grok-1 H100 +10% on average; DeepSeek-V3 BF16 of
+  2025-05 +23..+28% on H100 and +71..+166% on GB200, where it ran at 10% MFU in NeMo 25.04's
+  first DeepSeek-V3 recipe). And 11 rows of the NeMo performance summary's 25.04 and 25.07
+  GB200 tables: 6.8% (stack `nemo` runs Megatron FSDP since: three of them use it).
 * **Small models where the host binds: vTrain's 1,549 measured runs** (2026-12-06; Bang et al.
   2024, Megatron-DeepSpeed on A100, `benchmarks/vtrain_import.py`; their own table below the
   curated one). At micro-batch 1 a layer's forward, recompute and backward took 3.3-3.9 ms
