@@ -115,6 +115,45 @@ def training_defaults(
     return out
 
 
+# the submodules Megatron-Core's selective recompute can add to its default set, lightest
+# first (TransformerConfig.recompute_modules, core_v0.12.0 and later): the norms, the MLA
+# up-projection, the MoE activation, the shared experts, then whole dense MLPs and MoE layers
+WIDER_MODULES: tuple[str, ...] = (
+    "layernorm",
+    "mla_up_proj",
+    "moe_act",
+    "shared_experts",
+    "mlp",
+    "moe",
+)
+
+
+def wider_selective(
+    stack: StackSpec, model: ModelSpec, modules: tuple[str, ...]
+) -> list[tuple[str, ...]]:
+    """``modules`` (a selective set) widened one submodule at a time, lightest first
+    (:data:`WIDER_MODULES`), by those the stack's selective recompute takes
+    (``capabilities.recompute_modules``) and the model has; empty for a stack that takes no
+    module list."""
+    moe = model.moe
+    has = {
+        "layernorm": True,
+        "mla_up_proj": model.mla is not None,
+        "moe_act": moe is not None,
+        "shared_experts": moe is not None and bool(moe.shared_experts),
+        "mlp": moe is None or bool(moe.dense_layers) or moe.layer_freq > 1,
+        "moe": moe is not None,
+    }
+    runs = set(stack.capabilities.recompute_modules)
+    out: list[tuple[str, ...]] = []
+    for module in WIDER_MODULES:
+        if module in modules or module not in runs or not has[module]:
+            continue
+        modules = (*modules, module)
+        out.append(modules)
+    return out
+
+
 def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
     """Layout fields the stack sets: its overlaps, pipeline scatter/gather and whether FSDP
     layers stay gathered under a pipeline."""
@@ -255,6 +294,7 @@ def stack_violations(stack: StackSpec, layout: Layout, training: Training) -> li
     for field, broken, what, valid in checks:
         if broken:
             found.append(PlannerError(field, f"stack {stack.name!r} cannot run {what}", valid))
+    found += _module_violations(stack, training)
     pp_zero = c.pp_zero_stages
     if layout.pp > 1 and pp_zero is not None and layout.zero not in pp_zero:
         found.append(
@@ -279,6 +319,24 @@ def stack_violations(stack: StackSpec, layout: Layout, training: Training) -> li
                 )
             )
     return found
+
+
+def _module_violations(stack: StackSpec, training: Training) -> list[PlannerError]:
+    """The selective-recompute submodules ``training`` names that ``stack`` cannot re-run
+    (beyond its own sets, ``capabilities.recompute_modules``), as one error; else none."""
+    modules = training.recompute_modules if training.recompute == "selective" else None
+    runs = {*stack.capabilities.recompute_modules, *stack.selective_recompute_modules}
+    runs |= set(stack.selective_recompute_modules_mla or ())
+    if not modules or set(modules) <= runs:
+        return []
+    return [
+        PlannerError(
+            "training.recompute_modules",
+            f"stack {stack.name!r} cannot re-run "
+            f"{', '.join(sorted(set(modules) - runs))} in selective recompute",
+            " / ".join(sorted(runs)),
+        )
+    ]
 
 
 def model_violations(stack: StackSpec, model: ModelSpec) -> list[PlannerError]:

@@ -24,7 +24,13 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
-from planner.stacks import applied_violation, apply_stack, stack_violation
+from planner.stacks import (
+    applied_violation,
+    apply_stack,
+    stack_violation,
+    training_defaults,
+    wider_selective,
+)
 
 UNKNOWABLE = ("micro_batch", "vpp", "recompute", "zero")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -46,13 +52,26 @@ class TunedPrediction:
     legal: int = 0  # legal settings, fitting or not (1: the stack and layout fix the knobs)
 
 
-def _choices(name: str, stack: StackSpec | None) -> tuple[Any, ...]:
+def _choices(
+    name: str, stack: StackSpec | None, model: ModelSpec, training: Training
+) -> tuple[Any, ...]:
+    """The values an unknown knob takes. Recompute: the stack's levels, and, where its
+    selective recompute takes a module list (``capabilities.recompute_modules``), its
+    selective set widened one submodule at a time (:func:`planner.stacks.wider_selective`;
+    a value ``("selective", modules)``): which modules a run re-ran is as unknown as its
+    level."""
     if name == "micro_batch":
         return MICRO_BATCHES
     if name == "vpp":
         return VPPS
     if name == "recompute":
-        return stack.capabilities.recompute if stack else ("none", "selective", "full")
+        levels = stack.capabilities.recompute if stack else ("none", "selective", "full")
+        if stack is None or "selective" not in levels:
+            return levels
+        at = training.with_changes(recompute="selective", recompute_modules=None)
+        base = training_defaults(stack, model, at).get("recompute_modules") or ()
+        wider = wider_selective(stack, model, tuple(base))
+        return (*levels, *(("selective", modules) for modules in wider))
     return stack.capabilities.zero_stages if stack else (0, 1, 2, 3)
 
 
@@ -89,7 +108,7 @@ def tuned_prediction(
     bad = [u for u in unknown if u not in UNKNOWABLE]
     if bad or not unknown:
         raise PlannerError("unknown", f"{', '.join(bad) or 'nothing'}", ", ".join(UNKNOWABLE))
-    grids = [_choices(u, stack) for u in unknown]
+    grids = [_choices(u, stack, model, training) for u in unknown]
     if math.prod(len(g) for g in grids) > MAX_COMBINATIONS:  # never a silently cut search
         raise PlannerError(
             "unknown", f"more than {MAX_COMBINATIONS:,} settings", "fewer unknown knobs"
@@ -101,7 +120,11 @@ def tuned_prediction(
         picked = dict(zip(unknown, values, strict=True))
         l_update = {k: v for k, v in picked.items() if k in ("vpp", "zero")}
         t_update = {k: v for k, v in picked.items() if k in ("micro_batch", "recompute")}
-        if t_update.get("recompute", training.recompute) != "selective":
+        if isinstance(picked.get("recompute"), tuple):  # selective with a wider module set
+            t_update["recompute"], t_update["recompute_modules"] = picked["recompute"]
+            picked = {**picked, "recompute": "selective"}
+            picked["recompute_modules"] = ", ".join(t_update["recompute_modules"])
+        elif t_update.get("recompute", training.recompute) != "selective":
             t_update["recompute_modules"] = None
         try:  # fields the caller left unset stay unset, for the stack to fill
             tr = training.with_changes(**t_update)

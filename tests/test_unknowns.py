@@ -112,3 +112,39 @@ def test_a_knob_named_twice_is_one_knob() -> None:
     once = tuned_prediction(MODEL, CLUSTER, LAYOUT, TRAIN, PROFILE, ("micro_batch",))
     twice = tuned_prediction(MODEL, CLUSTER, LAYOUT, TRAIN, PROFILE, ("micro_batch", "micro_batch"))
     assert twice.settings == once.settings and twice.picked == once.picked
+
+
+def test_an_unknown_recompute_ranges_over_the_stacks_selective_module_sets() -> None:
+    """Which submodules selective recompute re-ran is as unknown as its level: under a stack
+    that takes a module list (Megatron-Core --recompute-modules) the knob also tries the
+    default set widened one submodule at a time. DeepSeek-V3 on 2,048 H800s at PP 16 and
+    EP 64 fits neither without recompute nor with the core attention alone; the norms and the
+    MLA up-projections recomputed fit, faster than full recompute, which the range keeps."""
+    model, cluster = planner.load_model("deepseek-v3"), planner.load_cluster("hgx-h800")
+    layout = planner.Layout(pp=16, dp=128, ep=64, zero=1)
+    training = planner.Training(seq_len=4096, global_batch=15360, micro_batch=1, precision="fp8")
+    profile = planner.default_profile(cluster)
+    stack = planner.load_stack("megatron-core")
+    t = tuned_prediction(model, cluster, layout, training, profile, ("recompute",), stack)
+    assert t.picked["recompute"] == "selective"
+    assert t.picked["recompute_modules"] == "core_attn, layernorm, mla_up_proj"
+    assert t.training.recompute_modules == ("core_attn", "layernorm", "mla_up_proj")
+    full = planner.simulate(
+        model, cluster, layout, training.with_changes(recompute="full"), stack=stack
+    )
+    assert t.report.tokens_per_s_per_gpu > full.tokens_per_s_per_gpu
+    assert t.tokens_per_s_per_gpu_min <= full.tokens_per_s_per_gpu * (1 + 1e-9)
+    # a stack without a module list tries its levels only
+    lm = planner.load_stack("megatron-lm-2022")
+    gpt = planner.load_model("gpt3-175b")
+    a100 = planner.load_cluster("dgx-a100-80gb")
+    t2 = tuned_prediction(
+        gpt,
+        a100,
+        planner.Layout(tp=8, pp=8, dp=1, zero=1),
+        planner.Training(seq_len=2048, global_batch=64, micro_batch=1, precision="fp16"),
+        planner.default_profile(a100),
+        ("recompute",),
+        lm,
+    )
+    assert "recompute_modules" not in t2.picked

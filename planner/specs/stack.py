@@ -246,6 +246,13 @@ class StackCapabilities(Spec):
     recompute: tuple[Recompute, ...] = Field(
         min_length=1, max_length=3, description="recompute granularities"
     )
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=(),
+        max_length=8,
+        description="the submodules its selective recompute can be told to re-run "
+        "(Megatron-Core --recompute-modules, core_v0.12.0 and later; Training."
+        "recompute_modules); empty: only its own selective set (selective_recompute_modules)",
+    )
     fp8: bool = Field(description="FP8 training")
     optimizer_offload: bool = Field(
         default=False, description="optimizer states and update on the host CPU (ZeRO-Offload)"

@@ -11,14 +11,14 @@ them, so nothing here runs for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, get_args
 
 from planner.errors import PlannerError
 from planner.legality import check_layout
 from planner.simulate import simulate_step
 from planner.specs.layout import Layout, Recompute, Training
-from planner.stacks import stack_violations, training_defaults
+from planner.stacks import stack_violations, training_defaults, wider_selective
 from planner.validate.inputs import CaseInputs
 
 
@@ -37,7 +37,7 @@ REDUCED_STATES = ("fp32_remainders", "bf16")
 
 def fitting(
     rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
-) -> tuple[Any, dict[str, Any] | None]:
+) -> tuple[Any, dict[str, Any] | None, tuple[dict[str, Any], ...]]:
     """A measured run fitted. A schema 1 case cannot state the memory savers that leave the
     step's time as it is or nearly so: reduced AdamW state (Apex / Transformer Engine
     store_param_remainders, bf16 moments: NeMo 1's dgxc Nemotron-4 340B recipe sets the
@@ -47,7 +47,9 @@ def fitting(
     the lightest heavier recompute (:func:`_recomputed`), else host offload where the stack
     runs it (:func:`_host_offloaded`); the row says which. Else ``rep``
     unchanged. With the report, the training change the fallback made (None: none fits), so
-    that unstated knobs the stated inputs could not fit are tuned under it."""
+    that unstated knobs the stated inputs could not fit are tuned under it, and the changes
+    of the other recompute settings that also fit (the run may have used any of them: the
+    row's range spans them)."""
     bf16_weights = training.precision in ("bf16", "fp8")
     stated = _violations(i.stack, layout, training)  # costed as stated: not held against a trial
     if bf16_weights and training.optimizer_states == "fp32":
@@ -59,14 +61,14 @@ def fitting(
                 f"{rep.usable_memory_gib:.1f}: schema 1 cannot state the optimizer's state "
                 f"dtypes; costed with optimizer_states {found[0]}, the largest that fits"
             )
-            return found[1], {"optimizer_states": found[0]}
+            return found[1], {"optimizer_states": found[0]}, ()
     got, offload = _offloaded(rep, i, layout, training, profile, notes)
     if offload is not None:
-        return got, {"offload_layers": offload}
-    got, change = _recomputed(rep, i, layout, training, profile, notes, stated)
+        return got, {"offload_layers": offload}, ()
+    got, change, others = _recomputed(rep, i, layout, training, profile, notes, stated)
     if change is not None:
-        return got, change
-    return _host_offloaded(rep, i, layout, training, profile, notes, stated)
+        return got, change, others
+    return (*_host_offloaded(rep, i, layout, training, profile, notes, stated), ())
 
 
 # host-memory savers a DeepSpeed stack runs (capabilities.optimizer_offload, checkpoint_offload)
@@ -125,6 +127,17 @@ def _first_fit(
     case's stack for nothing it cannot run beyond ``stated`` (what the stated inputs already
     asked, costed as given), else None. A trial the cluster cannot cost (host offload where its
     spec has no host memory figures) is skipped, not the case's error."""
+    return next(_fits(i, layout, trials, profile, stated), None)
+
+
+def _fits(
+    i: CaseInputs,
+    layout: Layout,
+    trials: Iterable[tuple[str, Training]],
+    profile: Any,
+    stated: frozenset[str] = frozenset(),
+) -> Iterator[tuple[str, Any]]:
+    """Each ``(label, report)`` of ``trials`` that fits (:func:`_first_fit`), in order."""
     for label, trial in trials:
         if not _violations(i.stack, layout, trial) <= stated:
             continue
@@ -135,8 +148,7 @@ def _first_fit(
         except PlannerError:  # a saver this cluster cannot cost (no host link figures)
             continue
         if got.fits:
-            return label, got
-    return None
+            yield label, got
 
 
 # recompute levels lighter to heavier (Training.recompute): what a schema 1 fallback may raise to
@@ -152,6 +164,17 @@ def _at_recompute(i: CaseInputs, training: Training, level: str) -> Training:
     return trial
 
 
+def _wider_selective(i: CaseInputs, training: Training) -> list[tuple[str, Training]]:
+    """``training`` (at recompute selective) with the stack's selective set widened one
+    submodule at a time (:func:`planner.stacks.wider_selective`): what a schema 1
+    ``selective`` may have re-run, as it cannot state the modules."""
+    base = training_defaults(i.stack, i.model, training).get("recompute_modules") or ()
+    return [
+        (f"selective ({', '.join(m)})", training.with_changes(recompute_modules=m))
+        for m in wider_selective(i.stack, i.model, tuple(training.recompute_modules or base))
+    ]
+
+
 def _recomputed(
     rep: Any,
     i: CaseInputs,
@@ -160,25 +183,38 @@ def _recomputed(
     profile: Any,
     notes: list[str],
     stated: frozenset[str] = frozenset(),
-) -> tuple[Any, dict[str, Any] | None]:
+) -> tuple[Any, dict[str, Any] | None, tuple[dict[str, Any], ...]]:
     """The recompute fallback (only host offload, :func:`_host_offloaded`, comes after it).
     Schema 1 requires a recompute value even where the source gives none, so a stated
     ``none`` may be the case writer's assumption; a run that trained
-    fit. Where nothing that leaves the recompute as stated fits, the lightest heavier level the
-    stack runs that fits (selective with the stack's modules, then full), with a note that
-    says the stated inputs do not fit; else ``rep`` unchanged."""
+    fit. Nor can it state which submodules selective recompute re-runs. Where nothing that
+    leaves the recompute as stated fits, the lightest that fits of: selective with the stack's
+    modules, that set widened one submodule at a time where the stack takes a module list
+    (:func:`_wider_selective`), then full; with a note that says the stated inputs do not fit;
+    else ``rep`` unchanged. Also the changes of the other settings that fit."""
     heavier = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(training.recompute) + 1 :]
-    trials = ((level, _at_recompute(i, training, level)) for level in heavier)
-    found = _first_fit(i, layout, trials, profile, stated)
-    if found is None:
-        return rep, None
+    trials: list[tuple[str, Training]] = []
+    changes: dict[str, dict[str, Any]] = {}
+    for level in (training.recompute, *heavier):
+        at = training if level == training.recompute else _at_recompute(i, training, level)
+        if level != training.recompute:
+            trials.append((level, at))
+            changes[level] = {"recompute": level}
+        if level == "selective":
+            for label, trial in _wider_selective(i, at):
+                trials.append((label, trial))
+                changes[label] = {"recompute": level, "recompute_modules": trial.recompute_modules}
+    fit = list(_fits(i, layout, trials, profile, stated))
+    if not fit:
+        return rep, None, ()
+    label, got = fit[0]
     notes.append(
         f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
         f"{rep.usable_memory_gib:.1f} and nothing schema 1 cannot state makes them fit: "
-        f"costed with recompute {found[0]} (stated {training.recompute}), the lightest "
+        f"costed with recompute {label} (stated {training.recompute}), the lightest "
         "that fits; the run trained, so the stated recompute or layout is doubtful"
     )
-    return found[1], {"recompute": found[0]}
+    return got, changes[label], tuple(changes[other] for other, _ in fit[1:])
 
 
 def _violations(stack: Any, layout: Layout, training: Training) -> frozenset[str]:
@@ -235,4 +271,10 @@ def _offloaded(
     return run(hi), hi
 
 
-__all__ = ["HOST_OFFLOAD_TRIALS", "RECOMPUTE_LEVELS", "REDUCED_STATES", "fitting", "with_fallback"]
+__all__ = [
+    "HOST_OFFLOAD_TRIALS",
+    "RECOMPUTE_LEVELS",
+    "REDUCED_STATES",
+    "fitting",
+    "with_fallback",
+]

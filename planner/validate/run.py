@@ -117,7 +117,9 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
     if rep.fits and i.other_code_bases:
         _over_code_bases(out, case, i, rep, profile, notes)
     if not rep.fits and not isinstance(case, CaseV2):
-        rep, change = fitting(rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes)
+        rep, change, others = fitting(
+            rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes
+        )
         if untuned and change is not None:  # the fallback that fits: unstated knobs tuned there
             try:
                 tuned = _tuned(i, with_fallback(i, change), profile)
@@ -125,6 +127,8 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
                 pass
             else:
                 rep = _record_tuned(out, case, tuned, notes)
+        if rep.fits and others:
+            _over_fallbacks(out, case, i, rep, others, profile, notes)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
 
 
@@ -162,6 +166,49 @@ def _over_code_bases(
         f"framework {framework!r} does not say which of its code bases ran: costed as "
         f"{i.stack.name}; the range spans {', '.join(spanned)} ({lo:,.0f}-{hi:,.0f} "
         "tokens/s/GPU)"
+    )
+
+
+def _over_fallbacks(
+    out: dict,
+    case: Case | CaseV2,
+    i: CaseInputs,
+    rep: Any,
+    others: tuple[dict[str, Any], ...],
+    profile: Any,
+    notes: list[str],
+) -> None:
+    """Widen the case's predicted range over the other recompute settings that also fit where
+    the stated ones do not (:func:`planner.validate.fallbacks.fitting`): schema 1 cannot say
+    which the run used; each costed with its unstated knobs tuned. The prediction stays the
+    lightest."""
+    lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or [rep.tokens_per_s_per_gpu] * 2
+    for change in others:
+        training = with_fallback(i, change)
+        try:
+            if i.unstated:
+                tuned = _tuned(i, training, profile)
+                rates = (tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)
+            else:
+                report = simulate_step(
+                    i.model,
+                    i.cluster,
+                    i.layout,
+                    training,
+                    profile,
+                    stack=i.stack,
+                    enforce_stack=False,
+                )
+                rates = (report.tokens_per_s_per_gpu,) * 2
+        except PlannerError:
+            continue
+        lo, hi = min(lo, rates[0]), max(hi, rates[1])
+    meas = case.measured.tokens_per_s_per_gpu
+    out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
+    out["in_range"] = bool(lo <= meas <= hi)
+    notes.append(
+        f"the range spans the {len(others) + 1} recompute settings that fit "
+        f"({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
     )
 
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 import planner
 from planner.errors import PlannerError
-from planner.stacks import DEFAULT_STACK, apply_stack
+from planner.stacks import DEFAULT_STACK, apply_stack, stack_violations
 from planner.validate import (
     CaseV2,
     case_file,
@@ -783,6 +783,59 @@ def test_schema_1_raises_recompute_only_to_a_level_the_stack_runs() -> None:
     row = run_case(raw, planner.default_profile, 1)
     assert row["status"] == "ok" and row["stack"] == "megatron-lm-2021", row["reason"]
     assert "costed with recompute full (stated none)" in row["reason"]
+
+
+def _mla_selective(stack: str = "megatron-core") -> dict:
+    """DeepSeek-V3 on 2,048 H800s as its report describes it (PP 16, EP 64, no TP), stated
+    selective recompute: Megatron-Core's default set (the core attention) leaves about 106 GiB
+    per GPU; the report recomputed the norms and the MLA up-projections."""
+    raw = _v1(
+        "deepseek-v3",
+        cluster="hgx-h800",
+        num_gpus=2048,
+        framework=stack,
+        layout={"tp": 1, "pp": 16, "dp": 128, "ep": 64, "vpp": 1, "zero": 1},
+        training={"seq_len": 4096, "global_batch": 15360, "recompute": "selective"},
+    )
+    raw["training"]["precision"] = "fp8"
+    raw["measured"]["tokens_per_s_per_gpu"] = 1543.0
+    return raw
+
+
+def test_schema_1_widens_selective_recompute_before_raising_it_to_full() -> None:
+    """Schema 1 cannot state which submodules selective recompute re-runs: where the stack's
+    default set does not fit, the row takes the lightest wider set of Megatron-Core's
+    --recompute-modules that does (here the norms and the MLA up-projection), not full
+    recompute, and its range spans every setting that fits (full's included)."""
+    raw = _mla_selective()
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert "costed with recompute selective (core_attn, layernorm, mla_up_proj)" in row["reason"]
+    assert not _costed_with(raw, "selective").fits
+    full = _costed_with(raw, "full").tokens_per_s_per_gpu
+    assert row["predicted_tokens_per_s_per_gpu"] > full
+    lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
+    assert lo <= full * (1 + 1e-4) and hi == pytest.approx(row["predicted_tokens_per_s_per_gpu"])
+    assert "recompute settings that fit" in row["reason"]
+    # a stack with no module list (Megatron-LM 2022's selective is the core attention alone)
+    # goes to full, as before
+    lm = _no_fit_without_recompute(1, 2)
+    assert (
+        "costed with recompute full (stated none)"
+        in run_case(lm, planner.default_profile, 1)["reason"]
+    )
+
+
+def test_a_stack_refuses_recompute_modules_it_cannot_rerun() -> None:
+    stack = planner.load_stack("megatron-lm-2022")
+    training = planner.Training(
+        seq_len=2048, global_batch=8, recompute="selective", recompute_modules=("layernorm",)
+    )
+    errors = stack_violations(stack, planner.Layout(dp=8), training)
+    assert [e.field for e in errors] == ["training.recompute_modules"]
+    assert "megatron-lm-2022" in str(errors[0]) and "layernorm" in str(errors[0])
+    core = planner.load_stack("megatron-core")
+    assert not stack_violations(core, planner.Layout(dp=8), training)
 
 
 def _zero3_1t(schema: int) -> dict:
