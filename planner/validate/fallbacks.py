@@ -54,7 +54,7 @@ def fitting(
     stated = _violations(i.stack, layout, training)  # costed as stated: not held against a trial
     if bf16_weights and training.optimizer_states == "fp32":
         trials = ((s, training.with_changes(optimizer_states=s)) for s in REDUCED_STATES)
-        found = _first_fit(i, layout, trials, profile, stated)
+        found = next(_fits(i, layout, trials, profile, stated), None)
         if found is not None:
             notes.append(
                 f"stated inputs need {rep.peak_memory_gib:.1f} GiB of "
@@ -105,7 +105,8 @@ def _host_offloaded(
             )
             trials.append((label, at.with_changes(**flags), {**flags, "recompute": level}))
     by_label = {label: change for label, _, change in trials}
-    found = _first_fit(i, layout, ((lb, t) for lb, t, _ in trials), profile, stated)
+    pairs = ((lb, t) for lb, t, _ in trials)
+    found = next(_fits(i, layout, pairs, profile, stated), None)
     if found is None:
         return rep, None
     notes.append(
@@ -116,20 +117,6 @@ def _host_offloaded(
     return found[1], by_label[found[0]]
 
 
-def _first_fit(
-    i: CaseInputs,
-    layout: Layout,
-    trials: Iterable[tuple[str, Training]],
-    profile: Any,
-    stated: frozenset[str] = frozenset(),
-) -> tuple[str, Any] | None:
-    """The first ``(label, report)`` of ``trials`` whose step fits in memory and that asks the
-    case's stack for nothing it cannot run beyond ``stated`` (what the stated inputs already
-    asked, costed as given), else None. A trial the cluster cannot cost (host offload where its
-    spec has no host memory figures) is skipped, not the case's error."""
-    return next(_fits(i, layout, trials, profile, stated), None)
-
-
 def _fits(
     i: CaseInputs,
     layout: Layout,
@@ -137,7 +124,10 @@ def _fits(
     profile: Any,
     stated: frozenset[str] = frozenset(),
 ) -> Iterator[tuple[str, Any]]:
-    """Each ``(label, report)`` of ``trials`` that fits (:func:`_first_fit`), in order."""
+    """Each ``(label, report)`` of ``trials``, in order, whose step fits in memory and that
+    asks the case's stack for nothing it cannot run beyond ``stated`` (what the stated inputs
+    already asked, costed as given). A trial the cluster cannot cost (host offload where its
+    spec has no host memory figures) is skipped, not the case's error."""
     for label, trial in trials:
         if not _violations(i.stack, layout, trial) <= stated:
             continue
