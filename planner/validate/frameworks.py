@@ -177,7 +177,17 @@ _VERSION = re.compile(r"^[vr]?\d+(\.\d+)*([a-z]+\d*)?$")
 
 # vendor names a framework is published under ("NVIDIA Megatron-LM", "MosaicML Composer")
 _VENDORS = frozenset(
-    {"nvidia", "microsoft", "mosaicml", "mosaic", "meta", "eleutherai", "bigscience", "hf"}
+    {
+        "nvidia",
+        "microsoft",
+        "mosaicml",
+        "mosaic",
+        "meta",
+        "eleutherai",
+        "bigscience",
+        "hf",
+        "pytorch",  # "PyTorch torchtitan" (alone, "pytorch" is a key of its own)
+    }
 )
 # the table's keys spelled without hyphens ("MegatronLM", "MegatronBridge")
 _UNHYPHENATED = {k.replace("-", ""): k for k in FRAMEWORK_STACKS}
@@ -209,18 +219,31 @@ def normalise(framework: str) -> str:
     without a leading vendor word, spelled without hyphens, or the first part of a compound
     name that is one ("NeMo 2.0", "Megatron-LM (v2.5)", "DeepSpeed v0.9.2", "NVIDIA
     Megatron-LM", "MegatronLM" and "HF Transformers + DeepSpeed" are nemo, megatron-lm,
-    deepspeed, megatron-lm, megatron-lm and deepspeed). A name none of these maps is returned
-    as its lower-case hyphenated self (not a key: costed under the default stack)."""
-    words = framework.lower().replace("_", " ").split()
+    deepspeed, megatron-lm, megatron-lm and deepspeed); else what is in parentheses ("OLMo
+    (PyTorch FSDP)"), else the first single word that is a key ("torch.distributed FSDP2",
+    "Megatron-LM core_r0.9.0"). A name none of these maps is returned as its lower-case
+    hyphenated self (not a key: costed under the default stack)."""
+    words = framework.lower().replace("_", " ").replace("w/", "with ").split()
     key = "-".join(words)
     if key in FRAMEWORK_STACKS:
         return key
-    bare = re.sub(r"\([^)]*\)", " ", " ".join(words))
+    text = " ".join(words)
+    bare = re.sub(r"\([^)]*\)", " ", text)
     found = _table_key(bare.split())
     if found is None:  # "llm-foundry/Composer", "HF Transformers + DeepSpeed"
-        parts = (p.split() for p in re.split(r"[/+,&]|\band\b|\bwith\b|\bon\b", bare))
-        found = next((k for k in map(_table_key, parts) if k is not None), None)
+        found = _first_part(bare)
+    if found is None:  # "OLMo (PyTorch FSDP)"
+        found = next(filter(None, map(_first_part, re.findall(r"\(([^)]*)\)", text))), None)
+    if found is None:  # "torch.distributed FSDP2"
+        found = next((w for w in bare.split() if w in FRAMEWORK_STACKS), None)
     return found or key
+
+
+def _first_part(text: str) -> str | None:
+    """The table key of the first part of a compound name that is one (split at "/", "+",
+    ",", "&", "and", "with", "on"), else None."""
+    parts = (p.split() for p in re.split(r"[/+,&]|\band\b|\bwith\b|\bon\b", text))
+    return next((k for k in map(_table_key, parts) if k is not None), None)
 
 
 # what a schema 1 case states that picks among a framework's code bases (BY_CAPABILITY)

@@ -401,6 +401,12 @@ def test_vendor_words_unhyphenated_spellings_and_compound_names_find_their_key()
         ("NeMo on DGX Cloud", "nemo"),
         ("NVIDIA", "nvidia"),  # a vendor alone names no framework
         ("Colossal-AI", "colossal-ai"),  # not in the table: left as it is
+        ("PyTorch torchtitan", "torchtitan"),  # "pytorch" as a vendor word
+        ("TorchTitan w/ FSDP2", "torchtitan"),  # "w/" is "with"
+        ("OLMo (PyTorch FSDP)", "pytorch-fsdp"),  # unknown outside, known in parentheses
+        ("torch.distributed FSDP2", "fsdp2"),  # the one word that is a key
+        ("Megatron-LM core_r0.9.0", "megatron-lm"),
+        ("my trainer (internal)", "my-trainer-(internal)"),
     ]:
         assert normalise(name) == key, name
     a100 = planner.load_cluster("dgx-a100-80gb")
