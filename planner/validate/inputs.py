@@ -128,6 +128,21 @@ def v1_model_structure(model: ModelSpec) -> tuple[ModelSpec, str | None]:
     )
 
 
+def v1_replicated_kv(model: ModelSpec, tp: int) -> tuple[ModelSpec, str | None]:
+    """A schema 1 case's model where fewer KV heads than TP ranks ran: the run replicated
+    them, one per rank (the forks that train multi-query models under TP do: bigcode's
+    Megatron-LM for StarCoder, MQA at TP 4; Megatron-Core itself needs kv_heads % tp == 0), so
+    each rank projects and holds one KV head: costed as ``kv_heads = tp``, with the note
+    saying so. Else the model as stated and None."""
+    kv = model.n_kv_heads
+    if model.mla is not None or kv >= tp or tp % kv or model.heads % tp:
+        return model, None
+    return model.model_copy(update={"kv_heads": tp}), (
+        f"model: {kv} KV head(s) under TP {tp}: costed replicated, one per TP rank "
+        f"(kv_heads {tp}; Megatron-Core splits KV heads over TP and cannot run this)"
+    )
+
+
 def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     """The specs of one case; a PlannerError naming the field when they cannot be built."""
     cluster = load_cluster(case.cluster)
@@ -174,6 +189,8 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             others = tuple(load_stack(s) for s in bases if s != stack_id)
         if model_note:
             notes.append(model_note)
+        model, kv_note = v1_replicated_kv(model, case.layout.tp)
+        notes += [kv_note] if kv_note else []
     layout, training = _stated(case)
     loss = V1_LOSS.get(stack.kernels.cross_entropy)
     if not isinstance(case, CaseV2) and loss is not None:
@@ -203,4 +220,4 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     )
 
 
-__all__ = ["CaseInputs", "case_inputs"]
+__all__ = ["CaseInputs", "case_inputs", "v1_replicated_kv"]

@@ -979,3 +979,23 @@ def test_stack_violations_lists_every_field_in_check_order() -> None:
     assert (
         stack_violations(stack, Layout(tp=2, dp=4), training.with_changes(recompute="full")) == []
     )
+
+
+def test_schema_1_replicates_kv_heads_that_tp_cannot_split() -> None:
+    """A multi-query model trained at TP 8 (StarCoder-style forks replicate the KV head on
+    every TP rank): schema 1 costs it replicated and says so; schema 2 names a stack, and
+    Megatron-Core's, which splits KV heads over TP, cannot run it."""
+    model = {"name": "mqa-6b", "layers": 40, "hidden": 6144, "ffn_hidden": 24576}
+    model |= {"heads": 48, "kv_heads": 1, "head_dim": 128, "vocab": 49152}
+    over = {"layout": {"tp": 8, "pp": 1, "dp": 8, "zero": 1}, "num_gpus": 64}
+    raw = _v1("gpt3-1.3b", **over)
+    raw["model"].update(model, activation="gelu")
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert "1 KV head(s) under TP 8: costed replicated" in row["reason"]
+    raw2 = {k: v for k, v in raw.items() if k != "framework"} | {"stack": "megatron-core"}
+    bad = run_case(raw2, planner.default_profile, 2)
+    assert bad["status"] == "error" and "kv_heads" in bad["reason"]
+    # TP 1 needs nothing replicated: the model is costed as stated
+    raw["layout"] = {"tp": 1, "pp": 1, "dp": 64, "zero": 1}
+    assert "KV head" not in run_case(raw, planner.default_profile, 1)["reason"]
