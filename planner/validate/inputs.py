@@ -143,6 +143,22 @@ def v1_replicated_kv(model: ModelSpec, tp: int) -> tuple[ModelSpec, str | None]:
     )
 
 
+def v1_whole_batch(layout: Layout, training: Training) -> tuple[Training, str | None]:
+    """A schema 1 case whose global batch is not a whole number of micro-batches on every
+    data-parallel rank (a batch written from a token count, "4M tokens"), which no run can
+    step: costed at the nearest global batch that is, with the note saying so; else as stated
+    and None. Its per-GPU rate moves only through the pipeline's micro-batch count."""
+    per_step = (training.micro_batch or 1) * layout.dp
+    stated = training.global_batch
+    if stated % per_step == 0:
+        return training, None
+    whole = max(per_step, round(stated / per_step) * per_step)
+    return training.with_changes(global_batch=whole), (
+        f"global_batch {stated} is not a multiple of micro_batch x dp = {per_step}: costed at "
+        f"{whole}, the nearest that is"
+    )
+
+
 def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     """The specs of one case; a PlannerError naming the field when they cannot be built."""
     cluster = load_cluster(case.cluster)
@@ -192,6 +208,9 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         model, kv_note = v1_replicated_kv(model, case.layout.tp)
         notes += [kv_note] if kv_note else []
     layout, training = _stated(case)
+    if not isinstance(case, CaseV2):
+        training, batch_note = v1_whole_batch(layout, training)
+        notes += [batch_note] if batch_note else []
     loss = V1_LOSS.get(stack.kernels.cross_entropy)
     if not isinstance(case, CaseV2) and loss is not None:
         training = training.model_copy(update={"cross_entropy": loss})
@@ -220,4 +239,4 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     )
 
 
-__all__ = ["CaseInputs", "case_inputs", "v1_replicated_kv"]
+__all__ = ["CaseInputs", "case_inputs", "v1_replicated_kv", "v1_whole_batch"]

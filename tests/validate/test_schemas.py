@@ -999,3 +999,26 @@ def test_schema_1_replicates_kv_heads_that_tp_cannot_split() -> None:
     # TP 1 needs nothing replicated: the model is costed as stated
     raw["layout"] = {"tp": 1, "pp": 1, "dp": 64, "zero": 1}
     assert "KV head" not in run_case(raw, planner.default_profile, 1)["reason"]
+
+
+def test_schema_1_costs_a_global_batch_no_run_can_step_at_the_nearest_that_it_can() -> None:
+    """A global batch written from a token count (here 130 sequences over 8 data-parallel
+    ranks) is not a whole number of micro-batches per rank: schema 1 costs the nearest that
+    is (128) and says so; the same case at 128 gives the same prediction."""
+    raw = _v1(layout={"tp": 1, "pp": 1, "dp": 8, "zero": 1})
+    raw["training"]["global_batch"] = 130
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert (
+        "global_batch 130 is not a multiple of micro_batch x dp = 8: costed at 128"
+        in (row["reason"])
+    )
+    raw["training"]["global_batch"] = 128
+    whole = run_case(raw, planner.default_profile, 1)
+    assert whole["predicted_tokens_per_s_per_gpu"] == row["predicted_tokens_per_s_per_gpu"]
+    assert "not a multiple" not in whole["reason"]
+    # schema 2 states its batch as run: the same mistake is that case's error
+    raw2 = _v2(layout={"tp": 1, "pp": 1, "dp": 8, "zero": 1})
+    raw2["training"]["global_batch"] = 130
+    bad = run_case(raw2, planner.default_profile, 2)
+    assert bad["status"] == "error" and "global_batch" in bad["reason"]
