@@ -207,6 +207,10 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             notes.append(model_note)
         model, kv_note = v1_replicated_kv(model, case.layout.tp)
         notes += [kv_note] if kv_note else []
+    if not isinstance(case, CaseV2) and case.layout.pp == 1 and (case.layout.vpp or 1) > 1:
+        # interleaving needs a pipeline: a depth written for a run without one means none
+        notes.append(f"layout.vpp {case.layout.vpp} without a pipeline (pp 1): not interleaved")
+        case = case.model_copy(update={"layout": case.layout.model_copy(update={"vpp": None})})
     layout, training = _stated(case)
     if not isinstance(case, CaseV2):
         training, batch_note = v1_whole_batch(layout, training)

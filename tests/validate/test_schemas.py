@@ -1022,3 +1022,16 @@ def test_schema_1_costs_a_global_batch_no_run_can_step_at_the_nearest_that_it_ca
     raw2["training"]["global_batch"] = 130
     bad = run_case(raw2, planner.default_profile, 2)
     assert bad["status"] == "error" and "global_batch" in bad["reason"]
+
+
+def test_schema_1_reads_an_interleaving_depth_without_a_pipeline_as_none() -> None:
+    raw = _v1(layout={"tp": 1, "pp": 1, "dp": 8, "zero": 1, "vpp": 4})
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and "layout.vpp 4 without a pipeline" in row["reason"]
+    raw["layout"]["vpp"] = None
+    assert (
+        run_case(raw, planner.default_profile, 1)["predicted_tokens_per_s_per_gpu"]
+        == (row["predicted_tokens_per_s_per_gpu"])
+    )
+    raw2 = _v2(layout={"tp": 1, "pp": 1, "dp": 8, "zero": 1, "vpp": 4})
+    assert run_case(raw2, planner.default_profile, 2)["status"] == "error"
