@@ -82,6 +82,16 @@ class CaseMeasuredV2(CaseMeasured):
         return self
 
 
+# the model fields a case may leave null that have a default of their own: null reads as "not
+# stated", so the default applies (tied_embeddings: untied; position table, MTP: none). Not the
+# activation: its default (GeLU) would silently misprice a GLU model's MLP
+_NULL_IS_DEFAULT = {
+    name
+    for name, info in ModelSpec.model_fields.items()
+    if not info.is_required() and info.default is not None and name != "activation"
+}
+
+
 class _CaseBase(Spec):
     id: str = Field(min_length=1, max_length=200)
     source: str = Field(max_length=10_000)
@@ -93,6 +103,21 @@ class _CaseBase(Spec):
     layout: CaseLayout
     training: CaseTraining
     notes: str = Field(default="", max_length=100_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_not_stated(cls, data: Any) -> Any:
+        """A null ``scored`` or ``notes``, or a null model field that has a default, is not
+        stated: the default applies (an error otherwise, for a null the field cannot hold)."""
+        if not isinstance(data, dict):
+            return data
+        out = {k: v for k, v in data.items() if not (v is None and k in ("scored", "notes"))}
+        model = out.get("model")
+        if isinstance(model, dict):
+            out["model"] = {
+                k: v for k, v in model.items() if not (v is None and k in _NULL_IS_DEFAULT)
+            }
+        return out
 
 
 class Case(_CaseBase):

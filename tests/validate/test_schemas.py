@@ -1035,3 +1035,16 @@ def test_schema_1_reads_an_interleaving_depth_without_a_pipeline_as_none() -> No
     )
     raw2 = _v2(layout={"tp": 1, "pp": 1, "dp": 8, "zero": 1, "vpp": 4})
     assert run_case(raw2, planner.default_profile, 2)["status"] == "error"
+
+
+def test_a_null_that_has_a_default_is_not_stated() -> None:
+    """tied_embeddings, scored or notes left null take their defaults (untied, scored, no
+    notes); a null activation stays an error naming the field (GeLU would misprice a GLU)."""
+    raw = _v1()
+    raw.update(scored=None, notes=None)
+    raw["model"]["tied_embeddings"] = None
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and row["scored"] is True, row["reason"]
+    raw["model"]["activation"] = None
+    bad = run_case(raw, planner.default_profile, 1)
+    assert bad["status"] == "error" and "model.activation" in bad["reason"]
