@@ -139,27 +139,12 @@ def _over_code_bases(
     name could stand for (:func:`planner.validate.frameworks.code_bases`): each costed at the
     stated inputs, its unstated knobs tuned over the same grid; one that cannot run or fit
     them is left out. The prediction stays the one the framework table picks."""
-    lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or [rep.tokens_per_s_per_gpu] * 2
     spanned = [i.stack.name]
-    for other in i.other_code_bases:
-        try:
-            if i.unstated:
-                tuned = _tuned(i, i.training, profile, other)
-                rates = (tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)
-            else:
-                report = _stated_report(i, profile, other)
-                if not report.fits:
-                    continue
-                rates = (report.tokens_per_s_per_gpu,) * 2
-        except PlannerError:
-            continue
-        lo, hi = min(lo, rates[0]), max(hi, rates[1])
-        spanned.append(other.name)
+    found = [(other.name, _rates(i, profile, i.training, other)) for other in i.other_code_bases]
+    spanned += [name for name, rates in found if rates is not None]
     if len(spanned) == 1:
         return
-    meas = case.measured.tokens_per_s_per_gpu
-    out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
-    out["in_range"] = bool(lo <= meas <= hi)
+    lo, hi = _widen(out, case, rep, [rates for _, rates in found])
     out["range_code_bases"] = spanned
     framework = getattr(case, "framework", None) or ""
     notes.append(
@@ -182,34 +167,44 @@ def _over_fallbacks(
     the stated ones do not (:func:`planner.validate.fallbacks.fitting`): schema 1 cannot say
     which the run used; each costed with its unstated knobs tuned. The prediction stays the
     lightest."""
-    lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or [rep.tokens_per_s_per_gpu] * 2
-    for change in others:
-        training = with_fallback(i, change)
-        try:
-            if i.unstated:
-                tuned = _tuned(i, training, profile)
-                rates = (tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)
-            else:
-                report = simulate_step(
-                    i.model,
-                    i.cluster,
-                    i.layout,
-                    training,
-                    profile,
-                    stack=i.stack,
-                    enforce_stack=False,
-                )
-                rates = (report.tokens_per_s_per_gpu,) * 2
-        except PlannerError:
-            continue
-        lo, hi = min(lo, rates[0]), max(hi, rates[1])
-    meas = case.measured.tokens_per_s_per_gpu
-    out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
-    out["in_range"] = bool(lo <= meas <= hi)
+    found = [_rates(i, profile, with_fallback(i, change), i.stack) for change in others]
+    lo, hi = _widen(out, case, rep, found)
     notes.append(
         f"the range spans the {len(others) + 1} recompute settings that fit "
         f"({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
     )
+
+
+def _rates(
+    i: CaseInputs, profile: Any, training: Training, stack: Any
+) -> tuple[float, float] | None:
+    """The case's tokens/s/GPU at ``training`` under ``stack``: the range over its unstated
+    knobs tuned, or the stated inputs' rate twice; None where nothing fits or it cannot be
+    costed."""
+    try:
+        if i.unstated:
+            tuned = _tuned(i, training, profile, stack)
+            return tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max
+        report = simulate_step(
+            i.model, i.cluster, i.layout, training, profile, stack=stack, enforce_stack=False
+        )
+    except PlannerError:
+        return None
+    return (report.tokens_per_s_per_gpu,) * 2 if report.fits else None
+
+
+def _widen(
+    out: dict, case: Case | CaseV2, rep: Any, found: list[tuple[float, float] | None]
+) -> tuple[float, float]:
+    """The row's predicted range (else its prediction) widened by ``found`` (None: left out),
+    and whether the measurement lies in it, written to ``out``; the new (low, high)."""
+    lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or [rep.tokens_per_s_per_gpu] * 2
+    for rates in filter(None, found):
+        lo, hi = min(lo, rates[0]), max(hi, rates[1])
+    meas = case.measured.tokens_per_s_per_gpu
+    out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
+    out["in_range"] = bool(lo <= meas <= hi)
+    return lo, hi
 
 
 def _stated_report(i: CaseInputs, profile: Any, stack: Any) -> Any:
