@@ -159,69 +159,71 @@ def v1_whole_batch(layout: Layout, training: Training) -> tuple[Training, str | 
     )
 
 
-def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
-    """The specs of one case; a PlannerError naming the field when they cannot be built."""
-    cluster = load_cluster(case.cluster)
-    model = case.model
-    notes: list[str] = []
-    others: tuple[StackSpec, ...] = ()
-    if isinstance(case, CaseV2):
-        stacks = shipped_ids(STACKS_DIR)  # a case names a shipped stack, never a path
-        if case.stack not in stacks:
-            raise PlannerError("stack", f"{case.stack!r} is not a shipped stack", ", ".join(stacks))
-        stack, enforce, listed = load_stack(case.stack), True, case.unstated
-        if case.power_limit_w is not None:
-            cluster = cluster.with_power_limit(case.power_limit_w)
-            notes.append(f"GPUs power-limited to {case.power_limit_w:.0f} W (as the source states)")
-    else:
-        model, model_note = v1_model_structure(model)
-        framework = case.framework or ""  # null: not published, as an empty name
-        stack_id, note = stack_for_framework(
-            framework,
-            cluster,
-            case.training.precision,
-            strict,
-            case.layout.zero,
-            bool(case.layout.sequence_parallel),
-            case.training.recompute,
-            model,
-            case.layout.tp,
-            case.layout.pp,
-        )
-        stack, enforce, listed = load_stack(stack_id), False, ()
-        notes.append(note or f"framework {framework!r}: stack {stack_id}")
-        bases = code_bases(
-            framework,
-            cluster,
-            case.layout.zero,
-            bool(case.layout.sequence_parallel),
-            case.training.recompute,
-            model,
-            case.training.precision,
-            case.layout.tp,
-            case.layout.pp,
-        )
-        if stack_id in bases:
-            others = tuple(load_stack(s) for s in bases if s != stack_id)
-        if model_note:
-            notes.append(model_note)
-        model, kv_note = v1_replicated_kv(model, case.layout.tp)
-        notes += [kv_note] if kv_note else []
-    if not isinstance(case, CaseV2) and case.layout.pp == 1 and (case.layout.vpp or 1) > 1:
+def _v1_stack(
+    case: Case, cluster: Cluster, strict: bool, notes: list[str]
+) -> tuple[ModelSpec, StackSpec, tuple[StackSpec, ...]]:
+    """A schema 1 case's model (what schema 1 cannot state from the shipped model of its name,
+    KV heads replicated over TP where needed), the stack its framework maps to and the other
+    code bases the name could stand for; what was read goes to ``notes``."""
+    model, model_note = v1_model_structure(case.model)
+    framework = case.framework or ""  # null: not published, as an empty name
+    stated = {
+        "zero": case.layout.zero,
+        "sequence_parallel": bool(case.layout.sequence_parallel),
+        "recompute": case.training.recompute,
+        "model": model,
+        "tp": case.layout.tp,
+        "pp": case.layout.pp,
+    }
+    precision = case.training.precision
+    stack_id, note = stack_for_framework(framework, cluster, precision, strict, **stated)
+    notes.append(note or f"framework {framework!r}: stack {stack_id}")
+    bases = code_bases(framework, cluster, precision=precision, **stated)
+    others = tuple(load_stack(s) for s in bases if s != stack_id) if stack_id in bases else ()
+    if model_note:
+        notes.append(model_note)
+    model, kv_note = v1_replicated_kv(model, case.layout.tp)
+    notes += [kv_note] if kv_note else []
+    return model, load_stack(stack_id), others
+
+
+def _v1_specs(case: Case, stack: StackSpec, notes: list[str]) -> tuple[Layout, Training]:
+    """A schema 1 case's layout and training, read as the run must have been: an interleaving
+    depth without a pipeline as none, the global batch whole per rank
+    (:func:`v1_whole_batch`), the loss of :data:`~planner.validate.frameworks.V1_LOSS`."""
+    if case.layout.pp == 1 and (case.layout.vpp or 1) > 1:
         # interleaving needs a pipeline: a depth written for a run without one means none
         notes.append(f"layout.vpp {case.layout.vpp} without a pipeline (pp 1): not interleaved")
         case = case.model_copy(update={"layout": case.layout.model_copy(update={"vpp": None})})
     layout, training = _stated(case)
-    if not isinstance(case, CaseV2):
-        training, batch_note = v1_whole_batch(layout, training)
-        notes += [batch_note] if batch_note else []
+    training, batch_note = v1_whole_batch(layout, training)
+    notes += [batch_note] if batch_note else []
     loss = V1_LOSS.get(stack.kernels.cross_entropy)
-    if not isinstance(case, CaseV2) and loss is not None:
+    if loss is not None:
         training = training.model_copy(update={"cross_entropy": loss})
         notes.append(
             f"loss: {loss} (schema 1 cannot state whether {stack.name}'s version compiled its "
             "loss; the uncompiled loss has the larger peak)"
         )
+    return layout, training
+
+
+def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
+    """The specs of one case; a PlannerError naming the field when they cannot be built."""
+    cluster = load_cluster(case.cluster)
+    notes: list[str] = []
+    if isinstance(case, CaseV2):
+        stacks = shipped_ids(STACKS_DIR)  # a case names a shipped stack, never a path
+        if case.stack not in stacks:
+            raise PlannerError("stack", f"{case.stack!r} is not a shipped stack", ", ".join(stacks))
+        model, stack, others = case.model, load_stack(case.stack), ()
+        if case.power_limit_w is not None:
+            cluster = cluster.with_power_limit(case.power_limit_w)
+            notes.append(f"GPUs power-limited to {case.power_limit_w:.0f} W (as the source states)")
+        layout, training = _stated(case)
+    else:
+        model, stack, others = _v1_stack(case, cluster, strict, notes)
+        layout, training = _v1_specs(case, stack, notes)
     if layout.world_size != case.num_gpus:
         raise PlannerError(
             "layout",
@@ -229,14 +231,15 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
             "factors whose product equals num_gpus",
         )
     memory_kind = getattr(case.measured, "peak_memory_kind", None) or stack.memory.reported_peak
+    v2 = isinstance(case, CaseV2)
     return CaseInputs(
         model,
         cluster,
         layout,
         training,
         stack,
-        enforce,
-        _unstated(case, listed),
+        v2,  # schema 2 names the stack that ran: what it cannot run is the case's error
+        _unstated(case, case.unstated if v2 else ()),
         memory_kind,
         notes,
         others,
