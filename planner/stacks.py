@@ -129,12 +129,18 @@ WIDER_MODULES: tuple[str, ...] = (
 
 
 def wider_selective(
-    stack: StackSpec, model: ModelSpec, modules: tuple[str, ...]
+    stack: StackSpec, model: ModelSpec, training: Training
 ) -> list[tuple[str, ...]]:
-    """``modules`` (a selective set) widened one submodule at a time, lightest first
+    """The selective set of ``training`` (at recompute selective: its modules, else the
+    stack's, :func:`training_defaults`) widened one submodule at a time, lightest first
     (:data:`WIDER_MODULES`), by those the stack's selective recompute takes
     (``capabilities.recompute_modules``) and the model has; empty for a stack that takes no
     module list."""
+    modules = tuple(
+        training.recompute_modules
+        or training_defaults(stack, model, training).get("recompute_modules")
+        or ()
+    )
     moe = model.moe
     has = {
         "layernorm": True,

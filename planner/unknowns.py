@@ -28,7 +28,6 @@ from planner.stacks import (
     applied_violation,
     apply_stack,
     stack_violation,
-    training_defaults,
     wider_selective,
 )
 
@@ -69,8 +68,7 @@ def _choices(
         if stack is None or "selective" not in levels:
             return levels
         at = training.with_changes(recompute="selective", recompute_modules=None)
-        base = training_defaults(stack, model, at).get("recompute_modules") or ()
-        wider = wider_selective(stack, model, tuple(base))
+        wider = wider_selective(stack, model, at)
         return (*levels, *(("selective", modules) for modules in wider))
     return stack.capabilities.zero_stages if stack else (0, 1, 2, 3)
 

@@ -158,10 +158,9 @@ def _wider_selective(i: CaseInputs, training: Training) -> list[tuple[str, Train
     """``training`` (at recompute selective) with the stack's selective set widened one
     submodule at a time (:func:`planner.stacks.wider_selective`): what a schema 1
     ``selective`` may have re-run, as it cannot state the modules."""
-    base = training_defaults(i.stack, i.model, training).get("recompute_modules") or ()
     return [
         (f"selective ({', '.join(m)})", training.with_changes(recompute_modules=m))
-        for m in wider_selective(i.stack, i.model, tuple(training.recompute_modules or base))
+        for m in wider_selective(i.stack, i.model, training)
     ]
 
 
