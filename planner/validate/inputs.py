@@ -14,6 +14,7 @@ from typing import get_args
 
 from planner.errors import PlannerError
 from planner.resources import MODELS_DIR, STACKS_DIR
+from planner.specs.base import MAX_GLOBAL_BATCH
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import load_cluster, load_model, load_stack, shipped_ids
@@ -153,6 +154,15 @@ def v1_whole_batch(layout: Layout, training: Training) -> tuple[Training, str | 
     if stated % per_step == 0:
         return training, None
     whole = max(per_step, round(stated / per_step) * per_step)
+    if whole > MAX_GLOBAL_BATCH:  # the nearest below, within the field's range
+        whole = MAX_GLOBAL_BATCH // per_step * per_step
+    if whole < 1:
+        raise PlannerError(
+            "training.global_batch",
+            f"{stated} is not a multiple of micro_batch x dp = {per_step}, and no multiple is "
+            f"at most {MAX_GLOBAL_BATCH:,}",
+            f"a multiple of {per_step}",
+        )
     return training.with_changes(global_batch=whole), (
         f"global_batch {stated} is not a multiple of micro_batch x dp = {per_step}: costed at "
         f"{whole}, the nearest that is"

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 import planner
 from planner.errors import PlannerError
+from planner.specs.base import MAX_GLOBAL_BATCH
 from planner.stacks import DEFAULT_STACK, apply_stack, stack_violations
 from planner.validate import (
     CaseV2,
@@ -1017,6 +1018,12 @@ def test_schema_1_costs_a_global_batch_no_run_can_step_at_the_nearest_that_it_ca
     whole = run_case(raw, planner.default_profile, 1)
     assert whole["predicted_tokens_per_s_per_gpu"] == row["predicted_tokens_per_s_per_gpu"]
     assert "not a multiple" not in whole["reason"]
+    # rounding up never leaves the field's range: at its top the nearest below is taken
+    raw["training"]["global_batch"] = MAX_GLOBAL_BATCH - 3
+    raw["layout"]["dp"], raw["num_gpus"] = 12, 12
+    top = run_case(raw, planner.default_profile, 1)
+    assert top["status"] != "error", top["reason"]
+    assert f"costed at {MAX_GLOBAL_BATCH // 12 * 12:}" in top["reason"]
     # schema 2 states its batch as run: the same mistake is that case's error
     raw2 = _v2(layout={"tp": 1, "pp": 1, "dp": 8, "zero": 1})
     raw2["training"]["global_batch"] = 130
