@@ -120,16 +120,55 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
         rep, change, others = fitting(
             rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes
         )
-        if untuned and change is not None:  # the fallback that fits: unstated knobs tuned there
-            try:
-                tuned = _tuned(i, with_fallback(i, change), profile)
-            except PlannerError:
-                pass
-            else:
+        if untuned and change is not None:  # the fallbacks that fit: unstated knobs tuned there
+            found = _fastest_fallback(i, (change, *others), profile)
+            if found is not None:
+                tuned, picked = found
+                if picked is not change:
+                    notes.append(_fallback_note(i, picked, change, tuned))
+                    others = tuple(c for c in (change, *others) if c is not picked)
                 rep = _record_tuned(out, case, tuned, notes)
         if rep.fits and others:
             _over_fallbacks(out, case, i, rep, others, profile, notes)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
+
+
+def _fastest_fallback(
+    i: CaseInputs, changes: tuple[dict[str, Any], ...], profile: Any
+) -> tuple[Any, dict[str, Any]] | None:
+    """The tuned prediction of the case's unstated knobs under each recompute fallback that
+    fits (:func:`planner.validate.fallbacks.fitting`, lightest first), and the change of the
+    fastest: where no setting of the unstated knobs fits at the stated recompute, the stated
+    recompute is doubtful too, so it is tuned with them (a heavier recompute may let an
+    interleaved schedule or a larger micro-batch fit, which more than pays for the re-run
+    forward). The lightest wins a tie; None where none can be tuned."""
+    best: tuple[Any, dict[str, Any]] | None = None
+    for change in changes:
+        try:
+            tuned = _tuned(i, with_fallback(i, change), profile)
+        except PlannerError:
+            continue
+        rate = tuned.report.tokens_per_s_per_gpu
+        if best is None or rate > best[0].report.tokens_per_s_per_gpu:
+            best = (tuned, change)
+    return best
+
+
+def _fallback_note(
+    i: CaseInputs, picked: dict[str, Any], lightest: dict[str, Any], tuned: Any
+) -> str:
+    """Say that the fastest recompute fallback, not the lightest, is the prediction."""
+
+    def label(change: dict[str, Any]) -> str:
+        modules = change.get("recompute_modules")
+        return change["recompute"] + (f" ({', '.join(modules)})" if modules else "")
+
+    return (
+        f"with {', '.join(i.unstated)} tuned under each recompute that fits, "
+        f"recompute {label(picked)} is the fastest "
+        f"({tuned.report.tokens_per_s_per_gpu:,.0f} tokens/s/GPU), not the lightest "
+        f"({label(lightest)})"
+    )
 
 
 def _over_code_bases(
@@ -166,7 +205,8 @@ def _over_fallbacks(
     """Widen the case's predicted range over the other recompute settings that also fit where
     the stated ones do not (:func:`planner.validate.fallbacks.fitting`): schema 1 cannot say
     which the run used; each costed with its unstated knobs tuned. The prediction stays the
-    lightest."""
+    one the fallback picked (the lightest, or with unstated knobs the fastest:
+    :func:`_fastest_fallback`)."""
     found = [_rates(i, profile, with_fallback(i, change), i.stack) for change in others]
     lo, hi = _widen(out, case, rep, found)
     notes.append(

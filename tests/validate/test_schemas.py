@@ -11,6 +11,7 @@ import planner
 from planner.errors import PlannerError
 from planner.specs.base import MAX_GLOBAL_BATCH
 from planner.stacks import DEFAULT_STACK, apply_stack, stack_violations
+from planner.unknowns import tuned_prediction
 from planner.validate import (
     CaseV2,
     case_file,
@@ -790,6 +791,40 @@ def test_schema_1_raises_recompute_only_to_a_level_the_stack_runs() -> None:
     row = run_case(raw, planner.default_profile, 1)
     assert row["status"] == "ok" and row["stack"] == "megatron-lm-2021", row["reason"]
     assert "costed with recompute full (stated none)" in row["reason"]
+
+
+def test_schema_1_tunes_the_doubtful_recompute_with_the_unstated_knobs() -> None:
+    """Llama 3.1 405B as its report's Table 4 lays it out on 16,384 H100s (TP 8 x PP 16 x DP
+    128, 16 sequences per data-parallel rank), micro-batch and interleaving depth not stated,
+    recompute stated none: no setting of the two knobs fits without recompute, and at the
+    lightest recompute that fits only the non-interleaved schedule does, half bubble at 16
+    micro-batches over 16 stages. A heavier recompute that lets the interleaved schedule fit
+    is faster; the run was tuned, so the row takes the fastest, the top of its range."""
+    raw = _v1(
+        "llama3.1-405b",
+        cluster="meta-h100-roce",
+        num_gpus=16384,
+        layout={"tp": 8, "pp": 16, "dp": 128, "sequence_parallel": True, "zero": 1},
+        training={"global_batch": 2048, "micro_batch": None, "recompute": "none"},
+    )
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert "no legal setting of micro_batch, vpp fits" in row["reason"]
+    assert "is the fastest" in row["reason"]
+    lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
+    assert row["predicted_tokens_per_s_per_gpu"] == pytest.approx(hi, rel=1e-4)
+    # never slower than full recompute with the two knobs tuned
+    inputs = case_inputs(parse_case(raw, 1))
+    full = tuned_prediction(
+        inputs.model,
+        inputs.cluster,
+        inputs.layout,
+        inputs.training.with_changes(recompute="full"),
+        planner.default_profile(inputs.cluster),
+        inputs.unstated,
+        inputs.stack,
+    )
+    assert row["predicted_tokens_per_s_per_gpu"] >= full.report.tokens_per_s_per_gpu * (1 - 1e-4)
 
 
 def _mla_selective(stack: str = "megatron-core") -> dict:
