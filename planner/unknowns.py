@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from planner.divisors import divisors
 from planner.errors import PlannerError
 from planner.legality import check_layout
 from planner.profile import CalibrationProfile
@@ -32,7 +33,12 @@ from planner.stacks import (
 )
 
 UNKNOWABLE = ("micro_batch", "vpp", "recompute", "zero")
+# The micro-batches tried where the per-replica batch (global_batch / dp) is not a whole number
+# (no micro-batch is legal then; check_layout says why).
 MICRO_BATCHES = (1, 2, 4, 8, 16)
+# The largest micro-batch tried: published runs go up to a few dozen sequences (MosaicML's MPT
+# tables: 26 for the 125M model at 2,048 tokens, 56 for 1B at 512), never beyond 64.
+MAX_TUNED_MICRO_BATCH = 64
 VPPS = (None, 2, 3, 4, 6, 8)
 MAX_COMBINATIONS = 1_000
 
@@ -51,8 +57,20 @@ class TunedPrediction:
     legal: int = 0  # legal settings, fitting or not (1: the stack and layout fix the knobs)
 
 
+def micro_batch_choices(layout: Layout, training: Training) -> tuple[int, ...]:
+    """The micro-batches a run of ``layout`` and ``training`` can step with: every divisor of
+    its per-replica batch (``global_batch / dp`` sequences, split into whole micro-batches:
+    Megatron-LM's ``global_batch_size % (micro_batch_size * data_parallel_size) == 0``) up to
+    :data:`MAX_TUNED_MICRO_BATCH`, not only powers of two (MPT's tables ran 6, 14 and 26);
+    :data:`MICRO_BATCHES` where the per-replica batch is not whole."""
+    per_replica, rest = divmod(training.global_batch, layout.dp)
+    if rest or per_replica < 1:
+        return MICRO_BATCHES
+    return tuple(d for d in divisors(per_replica) if d <= MAX_TUNED_MICRO_BATCH)
+
+
 def _choices(
-    name: str, stack: StackSpec | None, model: ModelSpec, training: Training
+    name: str, stack: StackSpec | None, model: ModelSpec, layout: Layout, training: Training
 ) -> tuple[Any, ...]:
     """The values an unknown knob takes. Recompute: the stack's levels, and, where its
     selective recompute takes a module list (``capabilities.recompute_modules``), its
@@ -60,7 +78,7 @@ def _choices(
     a value ``("selective", modules)``): which modules a run re-ran is as unknown as its
     level."""
     if name == "micro_batch":
-        return MICRO_BATCHES
+        return micro_batch_choices(layout, training)
     if name == "vpp":
         return VPPS
     if name == "recompute":
@@ -106,7 +124,7 @@ def tuned_prediction(
     bad = [u for u in unknown if u not in UNKNOWABLE]
     if bad or not unknown:
         raise PlannerError("unknown", f"{', '.join(bad) or 'nothing'}", ", ".join(UNKNOWABLE))
-    grids = [_choices(u, stack, model, training) for u in unknown]
+    grids = [_choices(u, stack, model, layout, training) for u in unknown]
     if math.prod(len(g) for g in grids) > MAX_COMBINATIONS:  # never a silently cut search
         raise PlannerError(
             "unknown", f"more than {MAX_COMBINATIONS:,} settings", "fewer unknown knobs"
@@ -154,4 +172,10 @@ def tuned_prediction(
     )
 
 
-__all__ = ["MAX_COMBINATIONS", "TunedPrediction", "UNKNOWABLE", "tuned_prediction"]
+__all__ = [
+    "MAX_COMBINATIONS",
+    "TunedPrediction",
+    "UNKNOWABLE",
+    "micro_batch_choices",
+    "tuned_prediction",
+]

@@ -148,3 +148,28 @@ def test_an_unknown_recompute_ranges_over_the_stacks_selective_module_sets() -> 
         lm,
     )
     assert "recompute_modules" not in t2.picked
+
+
+def test_an_unknown_micro_batch_tries_every_divisor_of_the_per_replica_batch() -> None:
+    """A run steps with whole micro-batches of its per-replica batch (global_batch / dp), any
+    divisor, not only powers of two: MosaicML's MPT 7B on 512 H100s ran 6 sequences per GPU
+    (global batch 3,072), which a power-of-two grid cannot reach (it stops at 2)."""
+    from planner.stacks import apply_stack
+    from planner.unknowns import MAX_TUNED_MICRO_BATCH, micro_batch_choices
+
+    layout = planner.Layout(dp=512, zero=3)
+    training = planner.Training(seq_len=2048, global_batch=3072)
+    assert micro_batch_choices(layout, training) == (1, 2, 3, 6)
+    big = planner.Training(seq_len=2048, global_batch=720 * 8)
+    choices = micro_batch_choices(planner.Layout(dp=8), big)
+    assert 5 in choices and 9 in choices and max(choices) <= MAX_TUNED_MICRO_BATCH
+    assert all(720 % c == 0 for c in choices)
+    model, cluster = planner.load_model("llama3.1-8b"), planner.load_cluster("dgx-h100")
+    stack = planner.load_stack("llm-foundry")
+    t = tuned_prediction(
+        model, cluster, layout, training, planner.default_profile(cluster), ("micro_batch",), stack
+    )
+    assert t.picked["micro_batch"] in (3, 6)  # larger than any power of two that divides 6
+    two = apply_stack(stack, model, layout, training.with_changes(micro_batch=2))
+    at_two = planner.simulate(model, cluster, *two, stack=stack)
+    assert t.report.tokens_per_s_per_gpu > at_two.tokens_per_s_per_gpu
