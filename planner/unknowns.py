@@ -69,6 +69,19 @@ def micro_batch_choices(layout: Layout, training: Training) -> tuple[int, ...]:
     return tuple(d for d in divisors(per_replica) if d <= MAX_TUNED_MICRO_BATCH)
 
 
+def spread(values: tuple[int, ...], most: int) -> tuple[int, ...]:
+    """At most ``most`` (at least 2) of the increasing ``values``, evenly spread on a log
+    scale, the smallest and the largest always among them: all of them when they are few."""
+    if len(values) <= max(most, 2):
+        return values
+    lo, hi = math.log(values[0]), math.log(values[-1])
+    picks = {values[0], values[-1]}
+    for k in range(1, max(most, 2) - 1):
+        target = lo + (hi - lo) * k / (max(most, 2) - 1)
+        picks.add(min(values, key=lambda v: abs(math.log(v) - target)))
+    return tuple(sorted(picks))
+
+
 def _choices(
     name: str, stack: StackSpec | None, model: ModelSpec, layout: Layout, training: Training
 ) -> tuple[Any, ...]:
@@ -125,6 +138,10 @@ def tuned_prediction(
     if bad or not unknown:
         raise PlannerError("unknown", f"{', '.join(bad) or 'nothing'}", ", ".join(UNKNOWABLE))
     grids = [_choices(u, stack, model, layout, training) for u in unknown]
+    if "micro_batch" in unknown:  # a per-replica batch with many divisors: a spread of them
+        at = unknown.index("micro_batch")
+        others = math.prod(len(g) for i, g in enumerate(grids) if i != at)
+        grids[at] = spread(grids[at], MAX_COMBINATIONS // others)
     if math.prod(len(g) for g in grids) > MAX_COMBINATIONS:  # never a silently cut search
         raise PlannerError(
             "unknown", f"more than {MAX_COMBINATIONS:,} settings", "fewer unknown knobs"

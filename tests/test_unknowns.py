@@ -173,3 +173,23 @@ def test_an_unknown_micro_batch_tries_every_divisor_of_the_per_replica_batch() -
     two = apply_stack(stack, model, layout, training.with_changes(micro_batch=2))
     at_two = planner.simulate(model, cluster, *two, stack=stack)
     assert t.report.tokens_per_s_per_gpu > at_two.tokens_per_s_per_gpu
+
+
+def test_a_batch_with_many_divisors_is_tuned_over_a_spread_of_them() -> None:
+    """720,720 sequences per replica have 38 divisors up to 64: with the interleaving depth and
+    the recompute also unknown that would pass the enumeration's bound, so the micro-batches
+    tried are a log-spaced spread of them, the smallest and the largest kept, never an error."""
+    from planner.unknowns import MAX_COMBINATIONS, micro_batch_choices, spread
+
+    assert spread((1, 2, 3, 6), 8) == (1, 2, 3, 6)
+    few = spread(tuple(range(1, 65)), 5)
+    assert len(few) <= 5 and few[0] == 1 and few[-1] == 64
+    layout = planner.Layout(tp=8, pp=4, dp=1, sequence_parallel=True)
+    training = planner.Training(seq_len=4096, global_batch=720720)
+    assert len(micro_batch_choices(layout, training)) > MAX_COMBINATIONS // (6 * 9)
+    stack = planner.load_stack("megatron-core")
+    t = tuned_prediction(
+        MODEL, CLUSTER, layout, training, PROFILE, ("micro_batch", "vpp", "recompute"), stack
+    )
+    assert t.legal <= MAX_COMBINATIONS and t.report.fits
+    assert 720720 % t.picked["micro_batch"] == 0
