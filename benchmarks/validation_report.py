@@ -177,6 +177,16 @@ NOTES = """\
   micro-batch on; 2026-12-06).
   Left: single-node TP 8 (+12%), TP 16 across two nodes (+21%), pipelines at micro-batch 1-2
   (+10..+18%) and the compute-bound end (micro-batch 8 at hidden 2,048 predicted 8-17% slow).
+* **Schema 1 rows that leave knobs unstated** (session 27; `planner/unknowns.py`,
+  `planner/validate/run.py`). An unstated micro-batch is tuned over every divisor of the
+  per-replica batch (`global_batch / dp`, up to 64), not over 1-16 in powers of two: with
+  every micro-batch of `public.yaml` nulled, MAPE 8.4 -> 7.4%, p90 16.9 -> 13.4% (MPT rows
+  that ran 6, 14 or 26 sequences per GPU had been held to 2 or 4). And where no setting of the
+  unstated knobs fits at the stated recompute, the recompute is tuned with them (the fastest
+  fallback that fits, not the lightest): the Llama 3 405B Table 4 rows as a Megatron-Core
+  case on 8,192 / 16,384 H100 went from 36 / 27 / 27% to 40 / 38 / 42% MFU (report: 43 / 41 /
+  38%), the interleaved schedule fitting under a wider selective recompute. Neither changed a
+  row of `public.yaml` as written beyond 0.1 point before the globals were refitted.
 """
 
 
