@@ -199,13 +199,25 @@ def _v1_stack(
 
 def _v1_specs(case: Case, stack: StackSpec, notes: list[str]) -> tuple[Layout, Training]:
     """A schema 1 case's layout and training, read as the run must have been: an interleaving
-    depth without a pipeline as none, the global batch whole per rank
+    depth without a pipeline as none, an unstated (null) sequence parallelism on where the
+    stack runs it and TP splits the layer, the global batch whole per rank
     (:func:`v1_whole_batch`), the loss of :data:`~planner.validate.frameworks.V1_LOSS`."""
     if case.layout.pp == 1 and (case.layout.vpp or 1) > 1:
         # interleaving needs a pipeline: a depth written for a run without one means none
         notes.append(f"layout.vpp {case.layout.vpp} without a pipeline (pp 1): not interleaved")
         case = case.model_copy(update={"layout": case.layout.model_copy(update={"vpp": None})})
     layout, training = _stated(case)
+    if (
+        case.layout.sequence_parallel is None
+        and layout.tp > 1
+        and stack.capabilities.sequence_parallel
+    ):
+        # not stated: the stacks that run it turn it on with TP (NeMo and Megatron-Bridge
+        # recipes set sequence_parallel = tp > 1; torchtitan's TP plan shards the norms' inputs)
+        layout = layout.with_changes(sequence_parallel=True)
+        notes.append(
+            f"layout.sequence_parallel not stated: on, as {stack.name} runs it with TP {layout.tp}"
+        )
     training, batch_note = v1_whole_batch(layout, training)
     notes += [batch_note] if batch_note else []
     loss = V1_LOSS.get(stack.kernels.cross_entropy)

@@ -745,7 +745,7 @@ def _no_fit_without_recompute(schema: int, micro_batch: int) -> dict:
         cluster="dgx-a100-80gb",
         num_gpus=64,
         framework="megatron-lm" if schema == 1 else "megatron-lm-2022",
-        layout={"tp": 8, "pp": 8, "dp": 1, "zero": 1},
+        layout={"tp": 8, "pp": 8, "dp": 1, "sequence_parallel": False, "zero": 1},
         training={
             "global_batch": 64,
             "micro_batch": micro_batch,
@@ -1090,3 +1090,24 @@ def test_a_null_that_has_a_default_is_not_stated() -> None:
     raw["model"]["activation"] = None
     bad = run_case(raw, planner.default_profile, 1)
     assert bad["status"] == "error" and "model.activation" in bad["reason"]
+
+
+def test_schema_1_reads_an_unstated_sequence_parallelism_as_the_stack_runs_it() -> None:
+    """A null sequence_parallel is not stated: on where the stack runs it and TP splits the
+    layer (as the Megatron-Bridge and NeMo recipes set it), so the row costs as if it said
+    true; on a code base without it (Megatron-LM 2021, an A100 row stating ZeRO 0 and full
+    recompute) it stays off."""
+    on = _v1("llama3.1-70b", num_gpus=64, layout={"tp": 4, "pp": 2, "dp": 8, "zero": 1})
+    on["layout"]["sequence_parallel"] = True
+    unstated = copy.deepcopy(on)
+    unstated["layout"]["sequence_parallel"] = None
+    row, ref = (run_case(c, planner.default_profile, 1) for c in (unstated, on))
+    assert row["status"] == ref["status"] == "ok", row["reason"]
+    assert "layout.sequence_parallel not stated: on" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == ref["predicted_tokens_per_s_per_gpu"]
+    old = _no_fit_without_recompute(1, 1)
+    old["layout"].update(zero=0, sequence_parallel=None)
+    old["training"]["recompute"] = "full"
+    inputs = case_inputs(parse_case(old, 1))
+    assert inputs.stack.name == "megatron-lm-2021" and not inputs.layout.sequence_parallel
+    assert not any("sequence_parallel not stated" in n for n in inputs.notes)
