@@ -72,12 +72,13 @@ def micro_batch_choices(layout: Layout, training: Training) -> tuple[int, ...]:
 def spread(values: tuple[int, ...], most: int) -> tuple[int, ...]:
     """At most ``most`` (at least 2) of the increasing ``values``, evenly spread on a log
     scale, the smallest and the largest always among them: all of them when they are few."""
-    if len(values) <= max(most, 2):
+    most = max(most, 2)
+    if len(values) <= most:
         return values
     lo, hi = math.log(values[0]), math.log(values[-1])
     picks = {values[0], values[-1]}
-    for k in range(1, max(most, 2) - 1):
-        target = lo + (hi - lo) * k / (max(most, 2) - 1)
+    for k in range(1, most - 1):
+        target = lo + (hi - lo) * k / (most - 1)
         picks.add(min(values, key=lambda v: abs(math.log(v) - target)))
     return tuple(sorted(picks))
 

@@ -120,38 +120,51 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
         rep, change, others = fitting(
             rep, i, *apply_stack(i.stack, i.model, *costed), profile, notes
         )
+        known = None  # the other fallbacks' ranges, where they were tuned here already
         if untuned and change is not None:  # the fallbacks that fit: unstated knobs tuned there
-            found = _fastest_fallback(i, (change, *others), profile)
-            if found is not None:
-                tuned, picked = found
+            each = _tuned_fallbacks(i, (change, *others), profile)
+            found = max(filter(lambda e: e[1] is not None, each), key=_rate, default=None)
+            if found is not None:  # the fastest (the lightest of a tie: max keeps the first)
+                picked, tuned = found
                 if picked is not change:
                     notes.append(_fallback_note(i, picked, change, tuned))
-                    others = tuple(c for c in (change, *others) if c is not picked)
+                rest = [(c, t) for c, t in each if c is not picked]
+                others = tuple(c for c, _ in rest)
+                known = [_tuned_range(t) for _, t in rest]
                 rep = _record_tuned(out, case, tuned, notes)
         if rep.fits and others:
-            _over_fallbacks(out, case, i, rep, others, profile, notes)
+            _over_fallbacks(out, case, i, rep, others, profile, notes, known)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
 
 
-def _fastest_fallback(
+def _tuned_fallbacks(
     i: CaseInputs, changes: tuple[dict[str, Any], ...], profile: Any
-) -> tuple[Any, dict[str, Any]] | None:
-    """The tuned prediction of the case's unstated knobs under each recompute fallback that
-    fits (:func:`planner.validate.fallbacks.fitting`, lightest first), and the change of the
-    fastest: where no setting of the unstated knobs fits at the stated recompute, the stated
-    recompute is doubtful too, so it is tuned with them (a heavier recompute may let an
-    interleaved schedule or a larger micro-batch fit, which more than pays for the re-run
-    forward). The lightest wins a tie; None where none can be tuned."""
-    best: tuple[Any, dict[str, Any]] | None = None
+) -> list[tuple[dict[str, Any], Any]]:
+    """Each recompute fallback that fits (:func:`planner.validate.fallbacks.fitting`, lightest
+    first) with the tuned prediction of the case's unstated knobs under it (None: none of
+    their settings fits there). Where no setting of the unstated knobs fits at the stated
+    recompute, the stated recompute is doubtful too, so it is tuned with them: the fastest of
+    these is the prediction (a heavier recompute may let an interleaved schedule or a larger
+    micro-batch fit, which more than pays for the re-run forward)."""
+    out = []
     for change in changes:
         try:
-            tuned = _tuned(i, with_fallback(i, change), profile)
+            out.append((change, _tuned(i, with_fallback(i, change), profile)))
         except PlannerError:
-            continue
-        rate = tuned.report.tokens_per_s_per_gpu
-        if best is None or rate > best[0].report.tokens_per_s_per_gpu:
-            best = (tuned, change)
-    return best
+            out.append((change, None))
+    return out
+
+
+def _rate(entry: tuple[dict[str, Any], Any]) -> float:
+    """A tuned fallback's predicted tokens/s/GPU (:func:`_tuned_fallbacks`)."""
+    return entry[1].report.tokens_per_s_per_gpu
+
+
+def _tuned_range(tuned: Any) -> tuple[float, float] | None:
+    """A tuned prediction's range of tokens/s/GPU (None: nothing was tuned)."""
+    return (
+        None if tuned is None else (tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)
+    )
 
 
 def _fallback_note(
@@ -201,13 +214,16 @@ def _over_fallbacks(
     others: tuple[dict[str, Any], ...],
     profile: Any,
     notes: list[str],
+    known: list[tuple[float, float] | None] | None = None,
 ) -> None:
     """Widen the case's predicted range over the other recompute settings that also fit where
     the stated ones do not (:func:`planner.validate.fallbacks.fitting`): schema 1 cannot say
-    which the run used; each costed with its unstated knobs tuned. The prediction stays the
-    one the fallback picked (the lightest, or with unstated knobs the fastest:
-    :func:`_fastest_fallback`)."""
-    found = [_rates(i, profile, with_fallback(i, change), i.stack) for change in others]
+    which the run used; each costed with its unstated knobs tuned (``known``: their ranges,
+    where :func:`_tuned_fallbacks` tuned them already). The prediction stays the one the
+    fallback picked (the lightest, or with unstated knobs the fastest)."""
+    found = known
+    if found is None:
+        found = [_rates(i, profile, with_fallback(i, change), i.stack) for change in others]
     lo, hi = _widen(out, case, rep, found)
     notes.append(
         f"the range spans the {len(others) + 1} recompute settings that fit "
