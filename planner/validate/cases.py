@@ -92,6 +92,33 @@ _NULL_IS_DEFAULT = {
 }
 
 
+# the case fields whose values are lower-case words: a value written in another case
+# ("BF16", "Full", "SwiGLU", "DGX-H100") names the same one (the cluster with "_" as "-")
+_WORDS = (
+    (None, "quality"),
+    (None, "cluster"),
+    ("model", "activation"),
+    ("training", "precision"),
+    ("training", "recompute"),
+)
+
+
+def _lower_case_words(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the string values of :data:`_WORDS` stripped and in lower case."""
+    out = dict(data)
+    for section, name in _WORDS:
+        holder = out if section is None else out.get(section)
+        if not isinstance(holder, dict) or not isinstance(holder.get(name), str):
+            continue
+        word = holder[name].strip().lower()
+        word = word.replace("_", "-") if name == "cluster" else word
+        if section is None:
+            out[name] = word
+        else:
+            out[section] = {**holder, name: word}
+    return out
+
+
 class _CaseBase(Spec):
     id: str = Field(min_length=1, max_length=200)
     source: str = Field(max_length=10_000)
@@ -112,6 +139,7 @@ class _CaseBase(Spec):
         if not isinstance(data, dict):
             return data
         out = {k: v for k, v in data.items() if not (v is None and k in ("scored", "notes"))}
+        out = _lower_case_words(out)
         model = out.get("model")
         if isinstance(model, dict):
             out["model"] = {

@@ -56,8 +56,23 @@ def _unstated(case: Case | CaseV2, listed: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(k for k in get_args(Knob) if k in listed or nulls[k])
 
 
+def implied_cp(case: Case | CaseV2) -> int | None:
+    """The context-parallel size a case that leaves ``cp`` null but states ``dp`` implies:
+    the GPUs that tp*pp*dp leave, ``num_gpus / (tp * pp * dp)``, where that is a whole
+    number above 1; else None (cp 1, the default, or the world-size error names the
+    mismatch)."""
+    lay = case.layout
+    if lay.cp is not None or lay.dp is None:
+        return None
+    copies, rest = divmod(case.num_gpus, lay.tp * lay.pp * lay.dp)
+    return copies if not rest and copies > 1 else None
+
+
 def _stated(case: Case | CaseV2) -> tuple[Layout, Training]:
     stated = case.layout.model_dump(exclude_none=True)
+    cp = implied_cp(case)
+    if cp is not None:  # implied by the job's size, as dp is below
+        stated["cp"] = cp
     if case.layout.dp is None:  # implied by the job's size: the GPUs one model copy leaves
         copy = case.layout.tp * case.layout.pp * (case.layout.cp or 1)
         if case.num_gpus % copy:
@@ -246,6 +261,12 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     else:
         model, stack, others = _v1_stack(case, cluster, strict, notes)
         layout, training = _v1_specs(case, stack, notes)
+    cp = implied_cp(case)
+    if cp is not None:
+        notes.append(
+            f"layout.cp not stated: {cp}, the GPUs tp*pp*dp = "
+            f"{case.layout.tp * case.layout.pp * (case.layout.dp or 1)} leave of num_gpus"
+        )
     if layout.world_size != case.num_gpus:
         raise PlannerError(
             "layout",
@@ -268,4 +289,4 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     )
 
 
-__all__ = ["CaseInputs", "case_inputs", "v1_replicated_kv", "v1_whole_batch"]
+__all__ = ["CaseInputs", "case_inputs", "implied_cp", "v1_replicated_kv", "v1_whole_batch"]

@@ -1111,3 +1111,47 @@ def test_schema_1_reads_an_unstated_sequence_parallelism_as_the_stack_runs_it() 
     inputs = case_inputs(parse_case(old, 1))
     assert inputs.stack.name == "megatron-lm-2021" and not inputs.layout.sequence_parallel
     assert not any("sequence_parallel not stated" in n for n in inputs.notes)
+
+
+def test_an_unstated_context_parallel_size_is_implied_by_a_stated_dp() -> None:
+    """A null cp beside a stated dp is the GPUs tp*pp*dp leave (as a null dp is the GPUs a
+    model copy leaves): the row costs as if it said so, and says it; where tp*pp*dp already
+    fills the job, cp stays 1, and a remainder is the world-size error."""
+    given = _v1("llama3.1-8b", num_gpus=16, layout={"tp": 2, "pp": 1, "dp": 4, "cp": 2})
+    given["training"]["seq_len"] = 32768
+    unstated = copy.deepcopy(given)
+    unstated["layout"]["cp"] = None
+    row, ref = (run_case(c, planner.default_profile, 1) for c in (unstated, given))
+    assert row["status"] == ref["status"] == "ok", row["reason"]
+    assert "layout.cp not stated: 2" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == ref["predicted_tokens_per_s_per_gpu"]
+    whole = copy.deepcopy(unstated)
+    whole["layout"]["dp"] = 8
+    row = run_case(whole, planner.default_profile, 1)
+    assert row["status"] == "ok" and "layout.cp not stated" not in row["reason"], row["reason"]
+    odd = copy.deepcopy(unstated)
+    odd["layout"]["dp"] = 3
+    row = run_case(odd, planner.default_profile, 1)
+    assert row["status"] == "error" and row["reason"].startswith("layout:"), row["reason"]
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "written"),
+    [
+        (None, "cluster", "DGX_H100"),
+        (None, "quality", "Partial"),
+        ("model", "activation", "SwiGLU"),
+        ("training", "precision", " BF16"),
+        ("training", "recompute", "Full"),
+    ],
+)
+def test_word_values_in_another_case_name_the_same_value(section, field, written) -> None:
+    raw = _v1()
+    expected = run_case(raw, planner.default_profile, 1)
+    holder = raw if section is None else raw[section]
+    holder[field] = written
+    row = run_case(raw, planner.default_profile, 1)
+    assert row == expected, row["reason"]
+    holder[field] = "bf17"  # still no value of the field: its error names the field
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "error" and field in row["reason"], row["reason"]
