@@ -39,12 +39,15 @@ STACK_LAYOUT_FIELDS = (
     "overlap_pp_comm",
     "zero3_reshard_after_forward",
     "zero3_collectives",
+    "overlap_ep_comm",
 )
 STACK_TRAINING_FIELDS = (
     "attention_kernel",
     "unfused_elementwise",
     "cross_entropy",
     "fp8_recipe",
+    "moe_dispatcher",
+    "fp8_dispatch",
     "optimizer_kernel",
     "dropout",
     "linear_bias",
@@ -95,6 +98,8 @@ def training_defaults(
         "unfused_elementwise": unfused_chains(stack),
         "cross_entropy": stack.kernels.cross_entropy,
         "fp8_recipe": stack.kernels.fp8_recipe,
+        "moe_dispatcher": stack.kernels.moe_dispatcher,
+        "fp8_dispatch": stack.kernels.fp8_dispatch,
         "optimizer_kernel": stack.kernels.optimizer,
         "dropout": stack.dropout,
         "linear_bias": stack.linear_bias,
@@ -173,6 +178,11 @@ def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
         "overlap_pp_comm": o.pp_p2p_interleaved and layout.pp > 1,
         "zero3_reshard_after_forward": not (stack.data_parallel.gathered_with_pp and layout.pp > 1),
         "zero3_collectives": stack.data_parallel.zero3_collectives,
+        # where the schedule gives it another micro-batch to hide behind (legality
+        # overlap_ep_needs_interleaving)
+        "overlap_ep_comm": o.ep_comm
+        and layout.ep > 1
+        and (layout.pp == 1 or layout.virtual_stages >= 2),
     }
 
 

@@ -185,6 +185,67 @@ def collective_time_s(
     return fabric.base_latency_s + intra_lat + inter_lat + intra + inter - hidden
 
 
+def domains_hit(
+    experts: int,
+    top_k: int,
+    domains: int,
+    groups: int | None = None,
+    group_topk: int | None = None,
+) -> float:
+    """Expected number of the ``domains`` scale-up domains (nodes) an expert-parallel group
+    spans that one token's ``top_k`` routed experts reach, the experts split evenly and in order
+    over the domains and the routing uniform (the force-balanced routing of published MoE
+    benchmarks). With group-limited routing (``groups`` equal groups in expert order, the
+    token's experts from ``group_topk`` of them: DeepSeek-V3's node-limited routing, M = 4 of 8
+    nodes) where the groups tile the domains (``groups`` a multiple of ``domains``), the chosen
+    groups are uniform too; otherwise the limit is ignored (the count is then an upper bound).
+
+    A domain holding ``r`` of the groups is missed when none of the token's experts lies in the
+    ``j`` chosen groups it holds (j hypergeometric over the chosen groups): with ``c`` experts
+    per group, P(miss | j) = C((group_topk - j) c, top_k) / C(group_topk c, top_k)."""
+    if domains <= 1:
+        return 1.0
+    if not groups or not group_topk or groups % domains or experts % groups:
+        groups, group_topk = domains, domains  # any expert: each domain one group, all chosen
+    per_group = experts // groups
+    held = groups // domains  # groups in one domain
+    pool = group_topk * per_group  # experts the token chooses among
+    total = math.comb(pool, top_k)
+    miss = 0.0
+    for j in range(0, min(held, group_topk) + 1):
+        p_j = (
+            math.comb(held, j)
+            * math.comb(groups - held, group_topk - j)
+            / math.comb(groups, group_topk)
+        )
+        miss += p_j * math.comb(pool - j * per_group, top_k) / total
+    return domains * (1.0 - miss)
+
+
+def dispatch_time_s(
+    token_bytes: float,
+    top_k: int,
+    remote_domains: float,
+    where: Placement,
+    fabric: Fabric,
+) -> float:
+    """Seconds of one MoE dispatch (or combine) over the EP group ``where`` that sends each
+    token once per destination domain over the scale-out fabric and forwards it to that
+    domain's experts over NVLink (DeepEP's internode kernels, HybridEP; DeepSeek-V3 report
+    section 3.2.2): the NIC carries ``token_bytes`` (a rank's tokens x hidden x bytes) times
+    ``remote_domains``, the expected other domains a token reaches (:func:`domains_hit`),
+    where Megatron-Core's all-to-all sends one copy per routed expert, ``top_k`` (n - g) / n;
+    NVLink carries the copies for the domain's own ranks as before. Inside one domain it is the
+    all-to-all."""
+    copies = token_bytes * top_k
+    if where.domains <= 1:
+        return collective_time_s("all_to_all", copies, where, fabric)
+    g, n = where.per_domain, where.size
+    intra = copies * (g - 1) / n / fabric.up_bytes_per_s
+    inter = token_bytes * remote_domains / fabric.out_bytes_per_s
+    return max(intra, inter) + fabric.base_latency_s + fabric.out_latency_s
+
+
 @dataclass(frozen=True, slots=True)
 class Groups:
     """Placements of every parallel group of a layout."""

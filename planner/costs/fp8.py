@@ -23,6 +23,10 @@ a scale per row or block ~0):
 - ``mxfp8`` (Transformer Engine ``MXFP8BlockScaling``): 1 x 32 blocks with e8m0 scales; one
   kernel reads bf16 and writes both layouts with their scales (2 + 1 + 1 + 2/32 B); weights
   cached across micro-batches as with delayed.
+- ``blockwise`` (DeepSeek-V3, arXiv 2412.19437 section 3.3.1; Transformer Engine
+  ``Float8BlockScaling``): activations and gradients in 1 x 128 tiles, weights in 128 x 128
+  blocks, fp32 scales; one kernel per operand writes both layouts (2 + 1 + 1 + 8/128 B), the
+  weights cached across micro-batches.
 
 The kernel accounting of tensorwise, rowwise and rowwise_gw_hp follows torchao's float8
 roofline model (torchao/testing/training/roofline_utils.py,
@@ -57,6 +61,8 @@ class Recipe:
 
 
 _MX = 2.0 + 1.0 + 1.0 + 2.0 / 32.0
+# blockwise: one kernel quantises each 1 x 128 tile to both layouts with an fp32 scale per tile
+_BLOCK = 2.0 + 1.0 + 1.0 + 2.0 * 4.0 / 128.0
 # Transformer Engine casts a weight on the first micro-batch of the step and reuses the fp8 copy
 # for the others (Megatron passes is_first_microbatch to TE's linear layers): per micro-batch
 # the weight cast is ~0 (one cast per step, a fraction 1 / micro-batches of what is counted)
@@ -70,6 +76,7 @@ RECIPES: dict[str, Recipe] = {
         CastBytes(3.0, 0.0), CastBytes(3.0, 3.0), CastBytes(0.0, 3.0), wgrad_fp8=False
     ),
     "mxfp8": Recipe(CastBytes(_MX, 0.0), _CACHED, CastBytes(0.0, _MX)),
+    "blockwise": Recipe(CastBytes(_BLOCK, 0.0), _CACHED, CastBytes(0.0, _BLOCK)),
 }
 
 

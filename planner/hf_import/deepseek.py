@@ -55,9 +55,14 @@ def _deepseek_v3(f: _Fields, notes: list[str]) -> _Draft:
             "shared_experts": shared,
             "shared_expert_ffn_hidden": width if shared else None,
         }
+        # group-limited routing: n_group groups, a token's experts from topk_group of them
+        # (DeepSeek-V3's node-limited routing); one group is no limit
+        groups = f.integer("n_group", default=1, minimum=1)
+        topk_group = f.integer("topk_group", default=groups, minimum=1)
+        if groups > 1:
+            moe |= {"router_groups": groups, "router_group_topk": topk_group}
         notes.append(
-            "router e_score_correction_bias (n_routed_experts per MoE layer) is not counted; "
-            "group-limited routing (n_group/topk_group) is not modelled."
+            "router e_score_correction_bias (n_routed_experts per MoE layer) is not counted."
         )
     mtp = f.integer("num_nextn_predict_layers", default=0, minimum=0)
     if mtp:

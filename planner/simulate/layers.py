@@ -306,15 +306,41 @@ def _ep_s(
     assert model.moe is not None
     tokens = flops.tokens_per_gpu(layout, training)
     seq_split = layout.tp if layout.sequence_parallel else 1
-    routed = tokens / seq_split * model.moe.top_k * model.hidden * training.act_bytes
-    ep_f = ep_b = (
-        2.0 * c.imbalance * comms.collective_time_s("all_to_all", routed, groups.ep, fabric)
+    token_bytes = tokens / seq_split * model.hidden
+    # dispatch and combine; FP8 dispatch sends a byte and a 1 x 128 tile's fp32 scale per value
+    fp8 = training.fp8_dispatch and training.precision == "fp8"
+    dispatch_bytes = 1.0 + 4.0 / 128.0 if fp8 else training.act_bytes
+    one_way = (
+        _dispatch_s(model, token_bytes * b, training, groups.ep, fabric)
+        for b in (dispatch_bytes, training.act_bytes)
     )
+    ep_f = ep_b = c.imbalance * sum(one_way)
     raw = ep_f + ep_b
     if layout.overlap_ep_comm:
         ep_f = comms.exposed_time_s(ep_f, c.g_b + c.a_b, fabric)
         ep_b = comms.exposed_time_s(ep_b, c.g_f + c.a_f, fabric)
     return ep_f, ep_b, raw
+
+
+def _dispatch_s(
+    model: ModelSpec,
+    token_bytes: float,
+    training: Training,
+    ep: comms.Placement,
+    fabric: comms.Fabric,
+) -> float:
+    """Seconds of one all-to-all of a rank's ``token_bytes`` to its tokens' routed experts:
+    one copy per expert (alltoall), or one per destination domain (deepep,
+    :func:`planner.costs.comms.dispatch_time_s`)."""
+    moe = model.moe
+    assert moe is not None
+    if training.moe_dispatcher == "alltoall" or ep.domains <= 1:
+        return comms.collective_time_s("all_to_all", token_bytes * moe.top_k, ep, fabric)
+    hit = comms.domains_hit(
+        moe.experts, moe.top_k, ep.domains, moe.router_groups, moe.router_group_topk
+    )
+    remote = hit * (ep.domains - 1) / ep.domains
+    return comms.dispatch_time_s(token_bytes, moe.top_k, remote, ep, fabric)
 
 
 def _host_s(

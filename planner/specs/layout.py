@@ -31,7 +31,9 @@ CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax", "compiled"]
 Execution = Literal["eager", "compiled", "cuda_graphs"]
 OptimizerKernel = Literal["fused", "foreach", "per_tensor"]
 OptimizerStates = Literal["fp32", "fp32_remainders", "bf16"]
-Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8"]
+Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8", "blockwise"]
+# how MoE tokens reach their experts' ranks (Training.moe_dispatcher)
+MoeDispatcher = Literal["alltoall", "deepep"]
 # how a micro-batch's gradient joins the accumulated one (Training.grad_accumulation_add)
 GradAccumulationAdd = Literal["none", "main_grad", "autograd"]
 # recipes whose weights can be all-gathered already cast (one scale per tensor, or blocks that
@@ -291,7 +293,23 @@ class Training(_Frozen):
         "operand), tensorwise (current per-tensor scaling: an amax pass, then the cast; torchao "
         "and TE Float8CurrentScaling), rowwise (per-row scales: each operand cast once per GEMM "
         "layout, via a bf16 transpose; torchao), rowwise_gw_hp (rowwise, the weight-gradient "
-        "GEMM in bf16; torchao), mxfp8 (1 x 32 blocks with e8m0 scales; Blackwell)",
+        "GEMM in bf16; torchao), mxfp8 (1 x 32 blocks with e8m0 scales; Blackwell), blockwise "
+        "(1 x 128 activation tiles and 128 x 128 weight blocks, DeepSeek-V3's recipe; TE "
+        "Float8BlockScaling)",
+    )
+    moe_dispatcher: MoeDispatcher = Field(
+        default="alltoall",
+        description="how an MoE layer sends tokens to their experts' ranks (planner/costs/"
+        "comms.py dispatch_time_s): alltoall (one copy per routed expert, Megatron-Core's "
+        "alltoall dispatcher), deepep (one copy per destination node over the scale-out "
+        "fabric, forwarded to the node's experts over NVLink: DeepEP / HybridEP, DeepSeek-V3's "
+        "dispatch kernels)",
+    )
+    fp8_dispatch: bool = Field(
+        default=False,
+        description="with precision fp8, the dispatch all-to-all sends FP8 activations with "
+        "their scales and the combine sends bf16 (DeepSeek-V3 report section 3.3.2); off: both "
+        "in the activation dtype",
     )
     optimizer_kernel: OptimizerKernel = Field(
         default="fused",

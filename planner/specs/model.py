@@ -77,10 +77,39 @@ class MoESpec(_Frozen):
         "outside the GEMM (StackKernels.fused_expert_bias), not counted as parameters",
     )
 
+    router_groups: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_EXPERTS,
+        description="group-limited routing: the routed experts split into this many equal "
+        "groups, of which each token's experts come from router_group_topk (DeepSeek-V3's "
+        "node-limited routing, HF n_group / Megatron moe_router_num_groups); None: any expert",
+    )
+    router_group_topk: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_EXPERTS,
+        description="groups a token's experts may come from (HF topk_group / Megatron "
+        "moe_router_group_topk); with router_groups",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        groups, topk = self.router_groups, self.router_group_topk
+        if (groups is None) != (topk is None):
+            raise ValueError("router_groups and router_group_topk: give both or neither")
+        if groups is not None and topk is not None:
+            if self.experts % groups:
+                raise ValueError(f"router_groups ({groups}) must divide experts ({self.experts})")
+            if topk > groups:
+                raise ValueError(f"router_group_topk ({topk}) exceeds router_groups ({groups})")
+            if self.top_k > topk * (self.experts // groups):
+                raise ValueError(
+                    f"top_k ({self.top_k}) exceeds the experts of router_group_topk ({topk}) "
+                    f"groups ({topk * (self.experts // groups)})"
+                )
         return self
 
 

@@ -36,6 +36,7 @@ from planner.specs.layout import (
     CrossEntropy,
     Fp8Recipe,
     GradAccumulationAdd,
+    MoeDispatcher,
     OptimizerKernel,
     Recompute,
     RecomputeModule,
@@ -110,7 +111,16 @@ class StackKernels(Spec):
     fp8_recipe: Fp8Recipe = Field(
         default="delayed",
         description="FP8 scaling recipe with precision fp8 (Training.fp8_recipe): delayed, "
-        "tensorwise, rowwise, rowwise_gw_hp or mxfp8",
+        "tensorwise, rowwise, rowwise_gw_hp, mxfp8 or blockwise",
+    )
+    moe_dispatcher: MoeDispatcher = Field(
+        default="alltoall",
+        description="MoE token dispatch (Training.moe_dispatcher): alltoall, one copy per "
+        "routed expert; deepep, one copy per destination node, forwarded over NVLink",
+    )
+    fp8_dispatch: bool = Field(
+        default=False,
+        description="FP8 dispatch, bf16 combine with precision fp8 (Training.fp8_dispatch)",
     )
 
 
@@ -200,6 +210,13 @@ class StackOverlap(Spec):
         default=False,
         description="pipeline sends and receives overlapped with compute under the "
         "interleaved schedule (Megatron-Core overlap_p2p_comm; Layout.overlap_pp_comm)",
+    )
+    ep_comm: bool = Field(
+        default=False,
+        description="the MoE dispatch / combine all-to-all hidden behind another micro-batch's "
+        "compute wherever the schedule allows it (pp 1 or two chunks per rank; "
+        "Layout.overlap_ep_comm): DeepSeek-V3's DualPipe; Megatron-Core's "
+        "--overlap-moe-expert-parallel-comm is opt-in",
     )
 
 

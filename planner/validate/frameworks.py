@@ -99,6 +99,12 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "pytorch-fsdp2": "torchtitan-eager",
     "fsdp2": "torchtitan-eager",
     "torchtune": "torchtitan-eager",
+    # DeepSeek-AI's in-house framework, named in its LLM, V2 and V3 reports (the software of
+    # every DeepSeek run, hence the company's name too)
+    "hai-llm": "hai-llm",
+    "deepseek-hai-llm": "hai-llm",
+    "deepseek": "hai-llm",
+    "deepseek-ai": "hai-llm",
     # PyTorch by itself: its own distributed training (FSDP2, DTensor TP, context parallelism,
     # torch.distributed.pipelining), eager unless a compile is published
     "pytorch": "torchtitan-eager",

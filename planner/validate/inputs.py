@@ -18,7 +18,7 @@ from planner.specs.base import MAX_GLOBAL_BATCH
 from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.loading import load_cluster, load_model, load_stack, shipped_ids
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, MoESpec
 from planner.specs.stack import StackSpec
 from planner.validate.cases import Case, CaseV2, Knob
 from planner.validate.frameworks import V1_LOSS, code_bases, stack_for_framework
@@ -115,7 +115,7 @@ V1_MOE_KEYS = (
 
 def v1_model_structure(model: ModelSpec) -> tuple[ModelSpec, str | None]:
     """A schema 1 case's model with what that schema cannot state (``layer_groups``,
-    ``moe.expert_bias``) taken from the shipped model of the same name, when every key the
+    ``moe.expert_bias``, ``moe.router_groups`` and ``router_group_topk``) taken from the shipped model of the same name, when every key the
     case states agrees with it; else the model as stated. Also the note saying so (None: none
     taken)."""
     if model.name not in shipped_ids(MODELS_DIR):
@@ -129,19 +129,35 @@ def v1_model_structure(model: ModelSpec) -> tuple[ModelSpec, str | None]:
     if model.moe is not None and shipped.moe is not None:
         if any(getattr(model.moe, k) != getattr(shipped.moe, k) for k in V1_MOE_KEYS):
             return model, None
-        if shipped.moe.expert_bias != model.moe.expert_bias:
-            update["moe"] = model.moe.model_copy(update={"expert_bias": shipped.moe.expert_bias})
+        routing = ("expert_bias", "router_groups", "router_group_topk")
+        moe_update = {
+            k: getattr(shipped.moe, k)
+            for k in routing
+            if getattr(shipped.moe, k) != getattr(model.moe, k)
+        }
+        if moe_update:
+            update["moe"] = model.moe.model_copy(update=moe_update)
     if shipped.layer_groups != model.layer_groups:
         update["layer_groups"] = shipped.layer_groups
     if not update:
         return model, None
     taken = " and ".join(
-        "per-layer mixers" if k == "layer_groups" else "biased experts" for k in update
+        "per-layer mixers" if k == "layer_groups" else _moe_taken(update[k]) for k in update
     )
     return ModelSpec.model_validate({**model.model_dump(), **update}), (
         f"model {model.name!r}: {taken} from the shipped model of that name "
         "(schema 1 cannot state them; every stated dimension agrees)"
     )
+
+
+def _moe_taken(moe: MoESpec) -> str:
+    """What :func:`v1_model_structure` took into an MoE block, in words."""
+    parts = ["biased experts"] if moe.expert_bias else []
+    if moe.router_groups:
+        parts.append(
+            f"group-limited routing ({moe.router_group_topk} of {moe.router_groups} groups)"
+        )
+    return " and ".join(parts) or "the MoE block's routing"
 
 
 def v1_replicated_kv(model: ModelSpec, tp: int) -> tuple[ModelSpec, str | None]:

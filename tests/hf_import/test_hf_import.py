@@ -118,6 +118,10 @@ def test_deepseek_v3_mla_moe_and_mtp():
     assert spec.head_dim is None, "head_dim is never taken for MLA"
     assert spec.moe is not None
     assert (spec.moe.dense_layers, spec.moe.shared_experts, spec.moe.experts) == (3, 1, 256)
+    # n_group 8, topk_group 4: node-limited routing, as the shipped model states it
+    shipped = planner.load_model("deepseek-v3").moe
+    assert (spec.moe.router_groups, spec.moe.router_group_topk) == (8, 4)
+    assert (shipped.router_groups, shipped.router_group_topk) == (8, 4)
     assert spec.mtp_layers == 1
     assert any("quantization_config" in n for n in notes)
 

@@ -111,6 +111,13 @@ def by_hand_note(model: ModelSpec, layout: Layout) -> str:
     )
 
 
+# the Megatron-family dialects: what they cannot say of Training.fp8_dispatch
+FP8_DISPATCH_REASON = (
+    "Megatron-Core's flex dispatcher has no switch the planner knows of for FP8 dispatch with a "
+    "BF16 combine (DeepSeek-V3's scheme)"
+)
+
+
 def field_value(layout: Layout, training: Training, name: str) -> Any:
     """A layout or training field's effective value (vpp 1 for none, the resolved schedule)."""
     if name == "vpp":
@@ -131,6 +138,10 @@ def _in_use(layout: Layout, training: Training, name: str) -> bool:
         return bool(value) and layout.tp > 1
     if name == "overlap_ep_comm":
         return bool(value) and layout.ep > 1
+    if name == "moe_dispatcher":
+        return value != "alltoall" and layout.ep > 1
+    if name == "fp8_dispatch":
+        return bool(value) and training.precision == "fp8" and layout.ep > 1
     if name in ("schedule", "pp_scatter_gather"):
         return layout.pp > 1 and value not in ("1f1b", False)
     if name == "recompute":
@@ -210,6 +221,7 @@ MEGATRON_BF16_STATES = {
 
 
 __all__ = [
+    "FP8_DISPATCH_REASON",
     "MEGATRON_BF16_STATES",
     "NOT_EXPRESSED",
     "fp32_states_reason",

@@ -48,6 +48,8 @@ STANDALONE_REASONS = {
     "ep": "expert parallelism is DeepSpeed-MoE model code, not a config key",
     "overlap_tp_comm": "no tensor parallelism",
     "overlap_ep_comm": "no expert parallelism",
+    "moe_dispatcher": "no expert parallelism",
+    "fp8_dispatch": "no expert parallelism",
     "pp_scatter_gather": "no pipeline parallelism",
     "offload_layers": "activation offload is not a DeepSpeed key (offload_optimizer / "
     "offload_param move optimizer states / parameters)",

@@ -44,6 +44,8 @@ REASONS = {
     "ep": "expert parallelism is the MoE FFN's moe_world_size (model config), not fsdp_config",
     "overlap_tp_comm": "no tensor parallelism",
     "overlap_ep_comm": "no expert parallelism",
+    "moe_dispatcher": "no expert parallelism",
+    "fp8_dispatch": "no expert parallelism",
     "pp_scatter_gather": "no pipeline parallelism",
     "offload_layers": "fsdp_config.activation_cpu_offload offloads every checkpoint, not a "
     "layer count",

@@ -52,6 +52,7 @@ from typing import Any
 
 from planner.schedules import schedule_of
 from planner.search.dialects._common import (
+    FP8_DISPATCH_REASON,
     MEGATRON_BF16_STATES,
     MEGATRON_VOCAB_MULTIPLE,
     NOT_EXPRESSED,
@@ -177,6 +178,11 @@ def _core_rows(model: ModelSpec, layout: Layout, training: Training) -> tuple[li
             ("overlap", "overlap_moe_expert_parallel_comm", True),
             ("overlap", "delay_wgrad_compute", True),
         ]
+    if training.moe_dispatcher == "deepep" and layout.ep > 1:  # TransformerConfig fields
+        rows += [
+            ("model", "moe_token_dispatcher_type", "flex"),
+            ("model", "moe_flex_dispatcher_backend", "deepep"),
+        ]
     if not runs_schedule:
         notes.append(f"pipeline schedule {sched.name}: {NOT_EXPRESSED} ({sched.megatron_note})")
     if zero == 2:
@@ -187,7 +193,10 @@ def _core_rows(model: ModelSpec, layout: Layout, training: Training) -> tuple[li
     notes += not_expressed(
         layout,
         training,
-        {"pp_scatter_gather": "Megatron-Core sends whole activations between stages"}
+        {
+            "pp_scatter_gather": "Megatron-Core sends whole activations between stages",
+            "fp8_dispatch": FP8_DISPATCH_REASON,
+        }
         | host_offload_reasons("Megatron-Core recipe"),
     )
     return rows, notes + recompute_notes
@@ -344,6 +353,8 @@ def _mds_notes(layout: Layout, training: Training) -> list[str]:
             "schedule": "DeepSpeed's PipelineEngine runs 1F1B only",
             "overlap_tp_comm": "no TP communication overlap flag",
             "overlap_ep_comm": "no expert-parallel communication overlap flag",
+            "moe_dispatcher": "DeepSpeed-MoE sends one copy of a token per expert",
+            "fp8_dispatch": "DeepSpeed-MoE dispatches in the activation dtype",
             "pp_scatter_gather": "the PipelineEngine sends whole activations",
             "offload_layers": "no --cpu-offloading; --checkpoint-in-cpu moves activation "
             "checkpoints, not layers",

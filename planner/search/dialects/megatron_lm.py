@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from planner.schedules import schedule_of
 from planner.search.dialects._common import (
+    FP8_DISPATCH_REASON,
     MEGATRON_BF16_STATES,
     MEGATRON_VOCAB_MULTIPLE,
     NOT_EXPRESSED,
@@ -150,13 +151,19 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
         lines.append("--tp-comm-overlap")
     if layout.overlap_ep_comm and layout.ep > 1:
         lines += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+    if training.moe_dispatcher == "deepep" and layout.ep > 1:
+        lines += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
     if layout.pp_scatter_gather and layout.pp > 1:
         lines.append(
             f"# pipeline scatter/gather over the TP ranks: {NOT_EXPRESSED} (Megatron-LM 2021's "
             "default, off with --no-scatter-gather-tensors-in-pipeline; the argument was removed "
             "from Megatron-LM in 10e7b74597)"
         )
-    offloads = not_expressed(layout, training, host_offload_reasons("Megatron-LM"))
+    offloads = not_expressed(
+        layout,
+        training,
+        host_offload_reasons("Megatron-LM") | {"fp8_dispatch": FP8_DISPATCH_REASON},
+    )
     lines += [f"# {n}" for n in offloads]
     if layout.overlap_dp_grad_reduce:
         lines.append("--overlap-grad-reduce")

@@ -66,7 +66,15 @@ def torchtitan_toml(model: ModelSpec, gpus: int, layout: Layout, training: Train
     local = per_replica if layout.pp > 1 else training.micro_batch
     lines = [f"# torchtitan job config fragment for {model.name} on {gpus} GPUs", ""]
     offloads = not_expressed(
-        layout, training, host_offload_reasons("torchtitan") | fp32_states_reason("torchtitan")
+        layout,
+        training,
+        host_offload_reasons("torchtitan")
+        | fp32_states_reason("torchtitan")
+        | {
+            "moe_dispatcher": "the planner knows no torchtitan key for a dispatcher that sends "
+            "a token once per node",
+            "fp8_dispatch": "the planner knows no torchtitan key for FP8 dispatch",
+        },
     ) + vocab_padding_note(model, layout, training, "torchtitan")
     lines += [f"# {n}" for n in offloads]
     if layout.zero == 1:
