@@ -40,6 +40,7 @@ FRAMEWORK = {
     "llm-foundry": "llm-foundry",
     "megatron-deepspeed-2022": "megatron-deepspeed",
     "megatron-deepspeed": "megatron-deepspeed",
+    "hai-llm": "hai-llm",
 }
 # the model keys schema 1 states (planner/validate/inputs.py), its name and the MoE section
 MODEL_KEYS = ("name", *V1_MODEL_KEYS, "moe")

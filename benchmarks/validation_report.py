@@ -79,7 +79,8 @@ NOTES = """\
   them from the shipped model): held-out gpt-oss +10..+43%, independent +11..+47%, here -5 and
   +91% (the B200 row is the EP conflict above). Also not costed: any sliding-window tile cost beyond the window. On 33 held-out Megatron-Bridge MoE rows (`python benchmarks/heldout_moe.py`;
   reconciled with their releases' scripts by the same rule on 2026-12-05: 19.5 -> 18.6%;
-  the expert-bias loop: 18.6 -> 17.2%; the globals refitted since, 2026-12-06: 17.8%) the MAPE is 17.8%.
+  the expert-bias loop: 18.6 -> 17.2%; the globals refitted since, 2026-12-06: 17.8%; the
+  DeepSeek-V3 H100 row states its DeepEP dispatcher, 2026-12-07) the MAPE is 17.6%.
 * **Ranges over unstated knobs** (public schema 1: 22 of 27 rows in range; the shipped schema
   2 copy: 26 of 56): the tuned prediction is the upper end of a range over knobs alone, so a
   row the model predicts even slightly slow falls outside it, and a range over interleaving
@@ -187,6 +188,15 @@ NOTES = """\
   case on 8,192 / 16,384 H100 went from 36 / 27 / 27% to 40 / 38 / 42% MFU (report: 43 / 41 /
   38%), the interleaved schedule fitting under a wider selective recompute. Neither changed a
   row of `public.yaml` as written beyond 0.1 point before the globals were refitted.
+* **MoE dispatch as the stacks run it** (session 28; `planner/costs/comms.py`
+  `dispatch_time_s`, `stacks/hai-llm.yaml`). A dispatcher that sends a token once per node
+  and forwards it over NVLink (DeepEP, HybridEP, DeepSeek's own kernels) is costed apart
+  from Megatron-Core's all-to-all (one copy per routed expert), with group-limited routing
+  and FP8 dispatch; DeepSeek's HAI-LLM is a shipped stack, from its three reports. DeepSeek-V3
+  on 2,048 H800 as a schema 1 HAI-LLM row: -36% under the default stack, -12% now. The
+  Megatron-Bridge rows whose publishing commit ran the flex dispatcher across nodes state it:
+  DeepSeek-V3 on 1,024 H100 -15 -> -5% (held-out twin -10 -> +3%), Qwen3-30B on 16 H100 -19
+  -> -4%. No `public.yaml` row changed: every other stack dispatches as before.
 """
 
 
