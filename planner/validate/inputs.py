@@ -68,11 +68,26 @@ def implied_cp(case: Case | CaseV2) -> int | None:
     return copies if not rest and copies > 1 else None
 
 
+def dp_with_cp(case: Case | CaseV2) -> int | None:
+    """The data-parallel size of a case whose stated ``dp`` counted its context-parallel ranks
+    too (tp*pp*dp = num_gpus with cp > 1 stated, and cp dividing dp: the data-parallel group
+    of torchtitan's FSDP mesh and Megatron's gradient reduction spans DP x CP): dp / cp; else
+    None (as stated, or the world-size error names the mismatch)."""
+    lay = case.layout
+    cp = lay.cp or 1
+    if lay.dp is None or cp <= 1 or lay.tp * lay.pp * lay.dp != case.num_gpus:
+        return None
+    return lay.dp // cp if lay.dp % cp == 0 else None
+
+
 def _stated(case: Case | CaseV2) -> tuple[Layout, Training]:
     stated = case.layout.model_dump(exclude_none=True)
     cp = implied_cp(case)
     if cp is not None:  # implied by the job's size, as dp is below
         stated["cp"] = cp
+    dp = dp_with_cp(case)
+    if dp is not None:  # the stated dp counted the CP ranks
+        stated["dp"] = dp
     if case.layout.dp is None:  # implied by the job's size: the GPUs one model copy leaves
         copy = case.layout.tp * case.layout.pp * (case.layout.cp or 1)
         if case.num_gpus % copy:
@@ -277,6 +292,12 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     else:
         model, stack, others = _v1_stack(case, cluster, strict, notes)
         layout, training = _v1_specs(case, stack, notes)
+    dp = dp_with_cp(case)
+    if dp is not None:
+        notes.append(
+            f"layout.dp {case.layout.dp} counts the context-parallel ranks (tp*pp*dp = "
+            f"num_gpus with cp {case.layout.cp}): costed as dp {dp} x cp {case.layout.cp}"
+        )
     cp = implied_cp(case)
     if cp is not None:
         notes.append(
@@ -305,4 +326,11 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
     )
 
 
-__all__ = ["CaseInputs", "case_inputs", "implied_cp", "v1_replicated_kv", "v1_whole_batch"]
+__all__ = [
+    "CaseInputs",
+    "case_inputs",
+    "dp_with_cp",
+    "implied_cp",
+    "v1_replicated_kv",
+    "v1_whole_batch",
+]

@@ -1155,3 +1155,21 @@ def test_word_values_in_another_case_name_the_same_value(section, field, written
     holder[field] = "bf17"  # still no value of the field: its error names the field
     row = run_case(raw, planner.default_profile, 1)
     assert row["status"] == "error" and field in row["reason"], row["reason"]
+
+
+def test_a_stated_dp_that_counted_the_context_parallel_ranks_is_read_as_dp_x_cp() -> None:
+    """tp*pp*dp = num_gpus with cp > 1 stated: the dp written is the DP x CP group (torchtitan's
+    FSDP mesh spans it); the row costs as dp / cp, and says so. A dp cp does not divide stays
+    the world-size error."""
+    given = _v1("llama3.1-8b", num_gpus=16, layout={"tp": 2, "pp": 1, "dp": 4, "cp": 2})
+    given["training"]["seq_len"] = 32768
+    counted = copy.deepcopy(given)
+    counted["layout"]["dp"] = 8
+    row, ref = (run_case(c, planner.default_profile, 1) for c in (counted, given))
+    assert row["status"] == ref["status"] == "ok", row["reason"]
+    assert "layout.dp 8 counts the context-parallel ranks" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == ref["predicted_tokens_per_s_per_gpu"]
+    odd = copy.deepcopy(given)
+    odd["layout"].update(dp=8, cp=3)
+    row = run_case(odd, planner.default_profile, 1)
+    assert row["status"] == "error" and row["reason"].startswith("layout:"), row["reason"]
