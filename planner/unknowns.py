@@ -1,7 +1,8 @@
 """Unstated knobs: the tuned prediction and the range over what a run could have used.
 
 A published run rarely states every knob; one that does not state its micro-batch,
-interleaving depth, recompute or ZeRO stage was tuned by its authors. :func:`tuned_prediction`
+interleaving depth, recompute, ZeRO stage or (for an MoE model) expert-parallel size was tuned
+by its authors. :func:`tuned_prediction`
 enumerates the legal values of each unknown knob (under the software stack, when given),
 simulates every combination, and returns the fastest one that fits in memory (what a tuned run
 used) together with the range of tokens/s/GPU over all combinations that fit, and the values it
@@ -32,7 +33,7 @@ from planner.stacks import (
     wider_selective,
 )
 
-UNKNOWABLE = ("micro_batch", "vpp", "recompute", "zero")
+UNKNOWABLE = ("micro_batch", "vpp", "recompute", "zero", "ep")
 # The micro-batches tried where the per-replica batch (global_batch / dp) is not a whole number
 # (no micro-batch is legal then; check_layout says why).
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -69,6 +70,15 @@ def micro_batch_choices(layout: Layout, training: Training) -> tuple[int, ...]:
     return tuple(d for d in divisors(per_replica) if d <= MAX_TUNED_MICRO_BATCH)
 
 
+def ep_choices(model: ModelSpec, layout: Layout) -> tuple[int, ...]:
+    """The expert-parallel sizes a layout can run the model with: the divisors of the routed
+    experts that also divide tp x dp x cp, the ranks EP is carved from (legality
+    ``ep_divides_experts``, ``ep_divides_tp_dp_cp``); 1 for a dense model."""
+    if model.moe is None:
+        return (1,)
+    return tuple(divisors(math.gcd(model.moe.experts, layout.tp * layout.dp * layout.cp)))
+
+
 def spread(values: tuple[int, ...], most: int) -> tuple[int, ...]:
     """At most ``most`` (at least 2) of the increasing ``values``, evenly spread on a log
     scale, the smallest and the largest always among them: all of them when they are few."""
@@ -95,6 +105,8 @@ def _choices(
         return micro_batch_choices(layout, training)
     if name == "vpp":
         return VPPS
+    if name == "ep":
+        return ep_choices(model, layout)
     if name == "recompute":
         levels = stack.capabilities.recompute if stack else ("none", "selective", "full")
         if stack is None or "selective" not in levels:
@@ -152,7 +164,7 @@ def tuned_prediction(
     legal = 0
     for values in itertools.product(*grids):
         picked = dict(zip(unknown, values, strict=True))
-        l_update = {k: v for k, v in picked.items() if k in ("vpp", "zero")}
+        l_update = {k: v for k, v in picked.items() if k in ("vpp", "zero", "ep")}
         t_update = {k: v for k, v in picked.items() if k in ("micro_batch", "recompute")}
         if isinstance(picked.get("recompute"), tuple):  # selective with a wider module set
             t_update["recompute"], t_update["recompute_modules"] = picked["recompute"]
@@ -192,6 +204,7 @@ def tuned_prediction(
 
 __all__ = [
     "MAX_COMBINATIONS",
+    "ep_choices",
     "TunedPrediction",
     "UNKNOWABLE",
     "micro_batch_choices",

@@ -193,3 +193,45 @@ def test_a_batch_with_many_divisors_is_tuned_over_a_spread_of_them() -> None:
     )
     assert t.legal <= MAX_COMBINATIONS and t.report.fits
     assert 720720 % t.picked["micro_batch"] == 0
+
+
+def test_an_unknown_expert_parallel_size_is_tuned_over_the_legal_ones() -> None:
+    """EP of an MoE model, unstated: every divisor of the experts that divides tp x dp x cp is
+    tried; a dense model has only EP 1; schema 1 reads a null ep of an MoE case as unstated."""
+    from planner.unknowns import ep_choices
+
+    moe = planner.load_model("mixtral-8x7b")
+    layout = planner.Layout(tp=2, pp=1, dp=8, sequence_parallel=True)
+    assert ep_choices(moe, layout) == (1, 2, 4, 8)
+    assert ep_choices(MODEL, layout) == (1,)
+    tr = planner.Training(seq_len=4096, global_batch=64, micro_batch=1)
+    t = tuned_prediction(moe, CLUSTER, layout, tr, PROFILE, ("ep",))
+    assert t.picked["ep"] in (1, 2, 4, 8) and t.layout.ep == t.picked["ep"]
+    assert t.tokens_per_s_per_gpu_min <= t.report.tokens_per_s_per_gpu
+    assert t.report.tokens_per_s_per_gpu == t.tokens_per_s_per_gpu_max
+    stated = planner.simulate(moe, CLUSTER, layout.with_changes(ep=t.picked["ep"]), tr)
+    assert stated.tokens_per_s_per_gpu == pytest.approx(t.report.tokens_per_s_per_gpu)
+
+
+def test_schema_1_tunes_a_null_expert_parallel_size_of_an_moe_case() -> None:
+    from planner.validate import run_case
+
+    moe = planner.load_model("mixtral-8x7b")
+    keys = {"name", "layers", "hidden", "ffn_hidden", "activation", "heads", "kv_heads"}
+    keys |= {"head_dim", "vocab", "tied_embeddings", "moe", "mla"}
+    case = {
+        "id": "mixtral",
+        "source": "test",
+        "quality": "partial",
+        "model": moe.model_dump(mode="json", include=keys),
+        "cluster": "dgx-h100",
+        "num_gpus": 16,
+        "framework": "megatron-core",
+        "layout": {"tp": 2, "pp": 1, "dp": 8, "ep": None, "zero": 1},
+        "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "none"},
+        "measured": {"tokens_per_s_per_gpu": 5000.0},
+    }
+    row = run_case(case, planner.default_profile, 1)
+    assert row["status"] == "ok" and "not stated, tuned: ep" in row["reason"], row["reason"]
+    lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
+    assert lo <= row["predicted_tokens_per_s_per_gpu"] <= hi

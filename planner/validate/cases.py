@@ -21,7 +21,7 @@ from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 SCHEMAS = (1, 2)
-Knob = Literal["micro_batch", "vpp", "recompute", "zero"]
+Knob = Literal["micro_batch", "vpp", "recompute", "zero", "ep"]
 MemoryKind = Literal["allocated", "reserved"]
 
 
@@ -161,7 +161,7 @@ class CaseV2(_CaseBase):
 
     stack: str = Field(min_length=1, max_length=200, description="a shipped stack id or path")
     unstated: tuple[Knob, ...] = Field(
-        default=(), max_length=4, description="knobs the source does not state"
+        default=(), max_length=5, description="knobs the source does not state"
     )
     measured: CaseMeasuredV2
     power_limit_w: float | None = Field(
@@ -175,7 +175,7 @@ class CaseV2(_CaseBase):
     @model_validator(mode="after")
     def _unstated_not_given(self) -> CaseV2:
         for knob in self.unstated:
-            section = self.layout if knob in ("vpp", "zero") else self.training
+            section = self.layout if knob in ("vpp", "zero", "ep") else self.training
             if getattr(section, knob) is not None:
                 raise ValueError(
                     f"unstated: {knob} is listed as not stated but "

@@ -46,12 +46,13 @@ class CaseInputs:
 
 def _unstated(case: Case | CaseV2, listed: tuple[str, ...]) -> tuple[str, ...]:
     """Listed knobs plus those the case leaves null: micro_batch, vpp (with a pipeline),
-    recompute and zero."""
+    recompute, zero and ep (of an MoE model)."""
     nulls = {
         "micro_batch": case.training.micro_batch is None,
         "vpp": case.layout.vpp is None and case.layout.pp > 1,
         "recompute": case.training.recompute is None,
         "zero": case.layout.zero is None,
+        "ep": case.layout.ep is None and case.model.moe is not None,
     }
     return tuple(k for k in get_args(Knob) if k in listed or nulls[k])
 
