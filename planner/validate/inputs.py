@@ -244,6 +244,29 @@ def _v1_stack(
     return model, load_stack(stack_id), others
 
 
+def v1_zero3_stack(case: Case | CaseV2, inputs: CaseInputs) -> StackSpec | None:
+    """The code base a schema 1 case's framework name stands for at ZeRO stage 3, where the
+    case leaves its ZeRO stage null and that is another stack than the one it is costed under
+    (Megatron-LM on an A100 without TP or PP: DeepSpeed's 2021 ZeRO-3,
+    :data:`~planner.validate.frameworks.BY_ZERO3`); else None. The framework table picks the
+    oldest code base that runs what a case states, and an unstated ZeRO stage states nothing,
+    so a run only ZeRO-3 could fit (a 175B model data-parallel only) needs this one."""
+    if not isinstance(case, Case) or case.layout.zero is not None:
+        return None
+    stack_id, _ = stack_for_framework(
+        case.framework or "",
+        inputs.cluster,
+        case.training.precision,
+        zero=3,
+        sequence_parallel=bool(case.layout.sequence_parallel),
+        recompute=case.training.recompute,
+        model=inputs.model,
+        tp=case.layout.tp,
+        pp=case.layout.pp,
+    )
+    return None if stack_id == inputs.stack.name else load_stack(stack_id)
+
+
 def _v1_specs(case: Case, stack: StackSpec, notes: list[str]) -> tuple[Layout, Training]:
     """A schema 1 case's layout and training, read as the run must have been: an interleaving
     depth without a pipeline as none, an unstated (null) sequence parallelism on where the
@@ -333,5 +356,6 @@ __all__ = [
     "dp_with_cp",
     "implied_cp",
     "v1_replicated_kv",
+    "v1_zero3_stack",
     "v1_whole_batch",
 ]

@@ -31,7 +31,7 @@ from planner.uncertainty import error_band
 from planner.unknowns import tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
 from planner.validate.fallbacks import fitting, with_fallback
-from planner.validate.inputs import CaseInputs, case_inputs
+from planner.validate.inputs import CaseInputs, case_inputs, v1_zero3_stack
 
 
 def _case_id(raw: Any) -> str:
@@ -134,7 +134,30 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
                 rep = _record_tuned(out, case, tuned, notes)
         if rep.fits and others:
             _over_fallbacks(out, case, i, rep, others, profile, notes, known)
+    if not rep.fits and "zero" in i.unstated:
+        rep = _at_zero3(out, case, i, rep, profile, notes)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
+
+
+def _at_zero3(
+    out: dict, case: Case | CaseV2, i: CaseInputs, rep: Any, profile: Any, notes: list[str]
+) -> Any:
+    """A schema 1 case that leaves its ZeRO stage null and fits under no setting of its
+    framework's stack: its unstated knobs tuned under the code base the name stands for at
+    ZeRO 3 (:func:`planner.validate.inputs.v1_zero3_stack`), where that fits; else ``rep``."""
+    stack = v1_zero3_stack(case, i)
+    if stack is None:
+        return rep
+    try:
+        tuned = _tuned(i, i.training, profile, stack)
+    except PlannerError:
+        return rep
+    out["stack"] = stack.name
+    notes.append(
+        f"zero not stated and nothing fits under {i.stack.name}: costed under {stack.name}, "
+        f"the code base {getattr(case, 'framework', '')!r} stands for at ZeRO 3"
+    )
+    return _record_tuned(out, case, tuned, notes)
 
 
 def _tuned_fallbacks(

@@ -1173,3 +1173,35 @@ def test_a_stated_dp_that_counted_the_context_parallel_ranks_is_read_as_dp_x_cp(
     odd["layout"].update(dp=8, cp=3)
     row = run_case(odd, planner.default_profile, 1)
     assert row["status"] == "error" and row["reason"].startswith("layout:"), row["reason"]
+
+
+def test_an_unstated_zero_stage_that_only_zero_3_fits_is_costed_at_the_names_zero_3_code_base():
+    """Megatron-LM on A100s, data parallel only, ZeRO stage null: the framework table picks the
+    2021 code base (nothing is stated that dates it later), which cannot shard a 175B model;
+    the name's ZeRO-3 code base (DeepSpeed 0.3, Narayanan et al. 2021 Table 2) then costs it,
+    as the row that states zero 3 is costed, and the row says so."""
+    raw = _v1(
+        "gpt3-175b",
+        cluster="dgx-a100-80gb",
+        num_gpus=384,
+        framework="megatron-lm",
+        layout={"tp": 1, "pp": 1, "dp": 384, "zero": 3},
+        training={
+            "seq_len": 2048,
+            "global_batch": 1536,
+            "micro_batch": 4,
+            "recompute": "full",
+            "precision": "fp16",
+        },
+    )
+    stated = run_case(raw, planner.default_profile, 1)
+    assert stated["status"] == "ok" and stated["stack"] == "deepspeed-zero3-2021"
+    raw["layout"]["zero"] = None
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert row["stack"] == "deepspeed-zero3-2021"
+    assert "costed under deepspeed-zero3-2021" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == stated["predicted_tokens_per_s_per_gpu"]
+    raw["layout"]["tp"], raw["layout"]["dp"] = 8, 48  # it fits without ZeRO-3: no switch
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and "costed under deepspeed" not in row["reason"]
