@@ -225,7 +225,7 @@ def ep_divides_tp_dp_cp(c: Candidate) -> Found | None:
 
 @_rule("overlap_ep_needs_interleaving", "overlap_ep_comm", "pp", "vpp")
 def overlap_ep_needs_interleaving(c: Candidate) -> Found | None:
-    if c.layout.overlap_ep_comm and c.layout.pp > 1 and c.layout.virtual_stages < 2:
+    if c.layout.overlap_ep_comm and not c.layout.pairs_microbatches:
         return (
             "layout.overlap_ep_comm",
             "all-to-all overlap pairs the forward of one micro-batch with the backward of "

@@ -180,9 +180,7 @@ def layout_defaults(stack: StackSpec, layout: Layout) -> dict[str, Any]:
         "zero3_collectives": stack.data_parallel.zero3_collectives,
         # where the schedule gives it another micro-batch to hide behind (legality
         # overlap_ep_needs_interleaving)
-        "overlap_ep_comm": o.ep_comm
-        and layout.ep > 1
-        and (layout.pp == 1 or layout.virtual_stages >= 2),
+        "overlap_ep_comm": o.ep_comm and layout.ep > 1 and layout.pairs_microbatches,
     }
 
 

@@ -164,8 +164,8 @@ def tuned_prediction(
     legal = 0
     for values in itertools.product(*grids):
         picked = dict(zip(unknown, values, strict=True))
-        l_update = {k: v for k, v in picked.items() if k in ("vpp", "zero", "ep")}
-        t_update = {k: v for k, v in picked.items() if k in ("micro_batch", "recompute")}
+        l_update = {k: v for k, v in picked.items() if k in Layout.model_fields}
+        t_update = {k: v for k, v in picked.items() if k in Training.model_fields}
         if isinstance(picked.get("recompute"), tuple):  # selective with a wider module set
             t_update["recompute"], t_update["recompute_modules"] = picked["recompute"]
             picked = {**picked, "recompute": "selective"}

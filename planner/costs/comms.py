@@ -158,10 +158,7 @@ def collective_time_s(
     if kind == "all_to_all":
         # every rank sends (n-1)/n of its buffer; the share bound for other domains uses the NIC
         n = where.size
-        intra = buffer_bytes * (g - 1) / n / fabric.up_bytes_per_s
-        inter = buffer_bytes * (n - g) / n / fabric.out_bytes_per_s if k > 1 else 0.0
-        lat = fabric.base_latency_s + (fabric.out_latency_s if k > 1 else fabric.up_latency_s)
-        return max(intra, inter) + lat
+        return _exchange_s(buffer_bytes * (g - 1) / n, buffer_bytes * (n - g) / n, where, fabric)
     if kind == "send_recv":
         bw = fabric.out_bytes_per_s if k > 1 else fabric.up_bytes_per_s
         lat = fabric.out_latency_s if k > 1 else fabric.up_latency_s
@@ -240,10 +237,19 @@ def dispatch_time_s(
     copies = token_bytes * top_k
     if where.domains <= 1:
         return collective_time_s("all_to_all", copies, where, fabric)
-    g, n = where.per_domain, where.size
-    intra = copies * (g - 1) / n / fabric.up_bytes_per_s
-    inter = token_bytes * remote_domains / fabric.out_bytes_per_s
-    return max(intra, inter) + fabric.base_latency_s + fabric.out_latency_s
+    intra = copies * (where.per_domain - 1) / where.size
+    return _exchange_s(intra, token_bytes * remote_domains, where, fabric)
+
+
+def _exchange_s(intra_bytes: float, inter_bytes: float, where: Placement, fabric: Fabric) -> float:
+    """Seconds of a one-step exchange in which each rank sends ``intra_bytes`` over NVLink and
+    ``inter_bytes`` over its NIC at once (all-to-all, MoE dispatch): the slower of the two,
+    plus one latency (the NIC's where the group spans domains)."""
+    spans = where.domains > 1
+    lat = fabric.base_latency_s + (fabric.out_latency_s if spans else fabric.up_latency_s)
+    intra = intra_bytes / fabric.up_bytes_per_s
+    inter = inter_bytes / fabric.out_bytes_per_s if spans else 0.0
+    return max(intra, inter) + lat
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from planner.costs import comms, compute, elementwise, flops, fp8, host, recompu
 from planner.costs.blocks import mixer_costs
 from planner.specs.blocks import LayerSpec, MoEMLP
 from planner.specs.layout import Layout, Training
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, MoESpec
 
 # With TP communication overlap (Transformer Engine userbuffers), the share of a collective that
 # can hide behind the GEMM it feeds; the rest stays exposed (chunk pipeline fill and drain).
@@ -310,8 +310,9 @@ def _ep_s(
     # dispatch and combine; FP8 dispatch sends a byte and a 1 x 128 tile's fp32 scale per value
     fp8 = training.fp8_dispatch and training.precision == "fp8"
     dispatch_bytes = 1.0 + 4.0 / 128.0 if fp8 else training.act_bytes
+    remote = _remote_domains(model.moe, training, groups.ep)
     one_way = (
-        _dispatch_s(model, token_bytes * b, training, groups.ep, fabric)
+        _dispatch_s(token_bytes * b, model.moe.top_k, remote, groups.ep, fabric)
         for b in (dispatch_bytes, training.act_bytes)
     )
     ep_f = ep_b = c.imbalance * sum(one_way)
@@ -322,25 +323,31 @@ def _ep_s(
     return ep_f, ep_b, raw
 
 
+def _remote_domains(moe: MoESpec, training: Training, ep: comms.Placement) -> float | None:
+    """The other scale-up domains one token reaches under a dispatcher that sends it once per
+    domain (deepep; :func:`planner.costs.comms.domains_hit`, the own domain as likely as any);
+    None under alltoall, which sends one copy per routed expert."""
+    if training.moe_dispatcher == "alltoall":
+        return None
+    hit = comms.domains_hit(
+        moe.experts, moe.top_k, ep.domains, moe.router_groups, moe.router_group_topk
+    )
+    return hit * (ep.domains - 1) / ep.domains
+
+
 def _dispatch_s(
-    model: ModelSpec,
     token_bytes: float,
-    training: Training,
+    top_k: int,
+    remote: float | None,
     ep: comms.Placement,
     fabric: comms.Fabric,
 ) -> float:
     """Seconds of one all-to-all of a rank's ``token_bytes`` to its tokens' routed experts:
-    one copy per expert (alltoall), or one per destination domain (deepep,
+    one copy per expert (``remote`` None: alltoall), or one per destination domain (deepep,
     :func:`planner.costs.comms.dispatch_time_s`)."""
-    moe = model.moe
-    assert moe is not None
-    if training.moe_dispatcher == "alltoall" or ep.domains <= 1:
-        return comms.collective_time_s("all_to_all", token_bytes * moe.top_k, ep, fabric)
-    hit = comms.domains_hit(
-        moe.experts, moe.top_k, ep.domains, moe.router_groups, moe.router_group_topk
-    )
-    remote = hit * (ep.domains - 1) / ep.domains
-    return comms.dispatch_time_s(token_bytes, moe.top_k, remote, ep, fabric)
+    if remote is None:
+        return comms.collective_time_s("all_to_all", token_bytes * top_k, ep, fabric)
+    return comms.dispatch_time_s(token_bytes, top_k, remote, ep, fabric)
 
 
 def _host_s(

@@ -200,6 +200,13 @@ class Layout(_Frozen):
         return self.vpp or 1
 
     @property
+    def pairs_microbatches(self) -> bool:
+        """Whether the schedule runs one micro-batch's forward beside another's backward on a
+        rank, which hiding the MoE all-to-all needs (Layout.overlap_ep_comm): pp 1, or two or
+        more chunks per rank."""
+        return self.pp == 1 or self.virtual_stages >= 2
+
+    @property
     def pipeline_schedule(self) -> Schedule:
         if self.schedule:
             return self.schedule

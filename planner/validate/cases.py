@@ -175,7 +175,7 @@ class CaseV2(_CaseBase):
     @model_validator(mode="after")
     def _unstated_not_given(self) -> CaseV2:
         for knob in self.unstated:
-            section = self.layout if knob in ("vpp", "zero", "ep") else self.training
+            section = self.layout if knob in Layout.model_fields else self.training
             if getattr(section, knob) is not None:
                 raise ValueError(
                     f"unstated: {knob} is listed as not stated but "

@@ -10,7 +10,7 @@ rest when the case is run), and the unstated knobs the run will tune. No free te
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import get_args
+from typing import Any, get_args
 
 from planner.errors import PlannerError
 from planner.resources import MODELS_DIR, STACKS_DIR
@@ -81,14 +81,24 @@ def dp_with_cp(case: Case | CaseV2) -> int | None:
     return lay.dp // cp if lay.dp % cp == 0 else None
 
 
-def _stated(case: Case | CaseV2) -> tuple[Layout, Training]:
+def _stated(case: Case | CaseV2, notes: list[str]) -> tuple[Layout, Training]:
+    """The case's stated layout and training; a null dp (and a null cp beside a stated dp)
+    implied by the job's size, a dp that counted the CP ranks divided by them, each noted."""
     stated = case.layout.model_dump(exclude_none=True)
-    cp = implied_cp(case)
-    if cp is not None:  # implied by the job's size, as dp is below
-        stated["cp"] = cp
     dp = dp_with_cp(case)
     if dp is not None:  # the stated dp counted the CP ranks
         stated["dp"] = dp
+        notes.append(
+            f"layout.dp {case.layout.dp} counts the context-parallel ranks (tp*pp*dp = "
+            f"num_gpus with cp {case.layout.cp}): costed as dp {dp} x cp {case.layout.cp}"
+        )
+    cp = implied_cp(case)
+    if cp is not None:  # implied by the job's size, as dp is below
+        stated["cp"] = cp
+        notes.append(
+            f"layout.cp not stated: {cp}, the GPUs tp*pp*dp = "
+            f"{case.layout.tp * case.layout.pp * (case.layout.dp or 1)} leave of num_gpus"
+        )
     if case.layout.dp is None:  # implied by the job's size: the GPUs one model copy leaves
         copy = case.layout.tp * case.layout.pp * (case.layout.cp or 1)
         if case.num_gpus % copy:
@@ -131,8 +141,9 @@ V1_MOE_KEYS = (
 
 def v1_model_structure(model: ModelSpec) -> tuple[ModelSpec, str | None]:
     """A schema 1 case's model with what that schema cannot state (``layer_groups``,
-    ``moe.expert_bias``, ``moe.router_groups`` and ``router_group_topk``) taken from the shipped model of the same name, when every key the
-    case states agrees with it; else the model as stated. Also the note saying so (None: none
+    ``moe.expert_bias``, ``moe.router_groups`` and ``router_group_topk``) taken from the
+    shipped model of the same name, when every key the case states agrees with it; else the
+    model as stated. Also the note saying so (None: none
     taken)."""
     if model.name not in shipped_ids(MODELS_DIR):
         return model, None
@@ -224,14 +235,7 @@ def _v1_stack(
     code bases the name could stand for; what was read goes to ``notes``."""
     model, model_note = v1_model_structure(case.model)
     framework = case.framework or ""  # null: not published, as an empty name
-    stated = {
-        "zero": case.layout.zero,
-        "sequence_parallel": bool(case.layout.sequence_parallel),
-        "recompute": case.training.recompute,
-        "model": model,
-        "tp": case.layout.tp,
-        "pp": case.layout.pp,
-    }
+    stated = _code_base_facts(case, model)
     precision = case.training.precision
     stack_id, note = stack_for_framework(framework, cluster, precision, strict, **stated)
     notes.append(note or f"framework {framework!r}: stack {stack_id}")
@@ -244,6 +248,19 @@ def _v1_stack(
     return model, load_stack(stack_id), others
 
 
+def _code_base_facts(case: Case, model: ModelSpec) -> dict[str, Any]:
+    """What a schema 1 case states that picks among its framework's code bases
+    (:func:`~planner.validate.frameworks.stack_for_framework`'s keyword arguments)."""
+    return {
+        "zero": case.layout.zero,
+        "sequence_parallel": bool(case.layout.sequence_parallel),
+        "recompute": case.training.recompute,
+        "model": model,
+        "tp": case.layout.tp,
+        "pp": case.layout.pp,
+    }
+
+
 def v1_zero3_stack(case: Case | CaseV2, inputs: CaseInputs) -> StackSpec | None:
     """The code base a schema 1 case's framework name stands for at ZeRO stage 3, where the
     case leaves its ZeRO stage null and that is another stack than the one it is costed under
@@ -253,16 +270,9 @@ def v1_zero3_stack(case: Case | CaseV2, inputs: CaseInputs) -> StackSpec | None:
     so a run only ZeRO-3 could fit (a 175B model data-parallel only) needs this one."""
     if not isinstance(case, Case) or case.layout.zero is not None:
         return None
+    facts = _code_base_facts(case, inputs.model) | {"zero": 3}
     stack_id, _ = stack_for_framework(
-        case.framework or "",
-        inputs.cluster,
-        case.training.precision,
-        zero=3,
-        sequence_parallel=bool(case.layout.sequence_parallel),
-        recompute=case.training.recompute,
-        model=inputs.model,
-        tp=case.layout.tp,
-        pp=case.layout.pp,
+        case.framework or "", inputs.cluster, case.training.precision, **facts
     )
     return None if stack_id == inputs.stack.name else load_stack(stack_id)
 
@@ -276,7 +286,7 @@ def _v1_specs(case: Case, stack: StackSpec, notes: list[str]) -> tuple[Layout, T
         # interleaving needs a pipeline: a depth written for a run without one means none
         notes.append(f"layout.vpp {case.layout.vpp} without a pipeline (pp 1): not interleaved")
         case = case.model_copy(update={"layout": case.layout.model_copy(update={"vpp": None})})
-    layout, training = _stated(case)
+    layout, training = _stated(case, notes)
     if (
         case.layout.sequence_parallel is None
         and layout.tp > 1
@@ -312,22 +322,10 @@ def case_inputs(case: Case | CaseV2, strict: bool = False) -> CaseInputs:
         if case.power_limit_w is not None:
             cluster = cluster.with_power_limit(case.power_limit_w)
             notes.append(f"GPUs power-limited to {case.power_limit_w:.0f} W (as the source states)")
-        layout, training = _stated(case)
+        layout, training = _stated(case, notes)
     else:
         model, stack, others = _v1_stack(case, cluster, strict, notes)
         layout, training = _v1_specs(case, stack, notes)
-    dp = dp_with_cp(case)
-    if dp is not None:
-        notes.append(
-            f"layout.dp {case.layout.dp} counts the context-parallel ranks (tp*pp*dp = "
-            f"num_gpus with cp {case.layout.cp}): costed as dp {dp} x cp {case.layout.cp}"
-        )
-    cp = implied_cp(case)
-    if cp is not None:
-        notes.append(
-            f"layout.cp not stated: {cp}, the GPUs tp*pp*dp = "
-            f"{case.layout.tp * case.layout.pp * (case.layout.dp or 1)} leave of num_gpus"
-        )
     if layout.world_size != case.num_gpus:
         raise PlannerError(
             "layout",
