@@ -207,16 +207,23 @@ def domains_hit(
     per_group = experts // groups
     held = groups // domains  # groups in one domain
     pool = group_topk * per_group  # experts the token chooses among
-    total = math.comb(pool, top_k)
+    # in logarithms (lgamma): exact binomials of 65,536 experts are numbers of thousands of
+    # digits, and a sum over as many terms of them does not finish
+    chosen = _log_comb(groups, group_topk)
+    total = _log_comb(pool, top_k)
     miss = 0.0
-    for j in range(0, min(held, group_topk) + 1):
-        p_j = (
-            math.comb(held, j)
-            * math.comb(groups - held, group_topk - j)
-            / math.comb(groups, group_topk)
-        )
-        miss += p_j * math.comb(pool - j * per_group, top_k) / total
+    for j in range(max(0, group_topk - (groups - held)), min(held, group_topk) + 1):
+        rest = pool - j * per_group
+        if rest < top_k:  # the token's experts cannot all lie outside this domain
+            continue
+        log_p_j = _log_comb(held, j) + _log_comb(groups - held, group_topk - j) - chosen
+        miss += math.exp(log_p_j + _log_comb(rest, top_k) - total)
     return domains * (1.0 - miss)
+
+
+def _log_comb(n: int, k: int) -> float:
+    """log C(n, k) for 0 <= k <= n."""
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 def dispatch_time_s(

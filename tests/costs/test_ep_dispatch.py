@@ -61,6 +61,19 @@ def test_deepseek_v3_node_limited_routing_reaches_fewer_nodes() -> None:
     assert domains_hit(256, 8, 8, 4, 2) == domains_hit(256, 8, 8)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [(65536, 8, 8, 65536, 32768), (65536, 8, 2, 65536, 32768), (65536, 32768, 8, None, None)],
+)
+def test_the_largest_expert_counts_give_a_finite_count(args: tuple) -> None:
+    """At the field's bounds (65,536 experts, as many one-expert groups) the sum runs in
+    logarithms: a finite count between one domain and every domain (exact binomials of that
+    size did not finish)."""
+    hit = domains_hit(*args)
+    assert math.isfinite(hit)
+    assert 1.0 - 1e-9 <= hit <= args[2] + 1e-9
+
+
 def test_deepep_crosses_the_network_once_per_node_and_changes_nothing_inside_one() -> None:
     across = Layout(tp=1, pp=1, dp=64, ep=64, zero=1)  # 8 nodes of 8 H100
     inside = Layout(tp=1, pp=1, dp=64, ep=8, zero=1)
