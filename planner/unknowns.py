@@ -6,7 +6,14 @@ by its authors. :func:`tuned_prediction`
 enumerates the legal values of each unknown knob (under the software stack, when given),
 simulates every combination, and returns the fastest one that fits in memory (what a tuned run
 used) together with the range of tokens/s/GPU over all combinations that fit, and the values it
-picked. The enumeration is bounded: at most ``MAX_COMBINATIONS`` settings.
+picked. The enumeration is exact up to ``MAX_COMBINATIONS`` settings; a larger space (five
+unknown knobs of an MoE model: thousands of combinations) is searched in two bounded stages,
+and the result says so (:attr:`TunedPrediction.exhaustive`): every combination of a log-spread
+of the numeric grids (micro-batch, expert-parallel size, interleaving depth; the smallest and
+the largest value of each kept, so the lightest setting in memory is always among them), then
+one knob at a time over its full grid from the fastest setting found, until no single change
+is faster (coordinate search from the ``SEARCH_STARTS`` fastest, at most ``MAX_PASSES``
+passes each).
 """
 
 from __future__ import annotations
@@ -42,6 +49,12 @@ MICRO_BATCHES = (1, 2, 4, 8, 16)
 MAX_TUNED_MICRO_BATCH = 64
 VPPS = (None, 2, 3, 4, 6, 8)
 MAX_COMBINATIONS = 1_000
+# coordinate-search passes after the spread grid, where the full space is larger than the bound
+MAX_PASSES = 4
+# the fastest settings of the spread grid each coordinate search starts from
+SEARCH_STARTS = 4
+# the knobs whose grids are numeric, so that a log-spread of them stands for the rest
+THINNABLE = ("micro_batch", "ep", "vpp")
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,13 @@ class TunedPrediction:
     tokens_per_s_per_gpu_max: float
     settings: int  # legal settings that fit, over which the range is taken
     legal: int = 0  # legal settings, fitting or not (1: the stack and layout fix the knobs)
+    combinations: int = 0  # the full space: the product of the unknown knobs' grids
+    searched: int = 0  # the combinations costed or ruled out (= combinations when exhaustive)
+
+    @property
+    def exhaustive(self) -> bool:
+        """Whether every combination of the unknown knobs' values was tried."""
+        return self.searched >= self.combinations
 
 
 def micro_batch_choices(layout: Layout, training: Training) -> tuple[int, ...]:
@@ -93,6 +113,27 @@ def spread(values: tuple[int, ...], most: int) -> tuple[int, ...]:
     return tuple(sorted(picks))
 
 
+def _spread_grid(values: tuple[Any, ...], most: int) -> tuple[Any, ...]:
+    """:func:`spread` of a grid whose first value may be None (no interleaving): None kept."""
+    if values and values[0] is None:
+        return (None, *spread(values[1:], most - 1)) if len(values) > 2 else values
+    return spread(values, most)
+
+
+def thinned(grids: list[tuple[Any, ...]], unknown: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    """The grids cut to at most :data:`MAX_COMBINATIONS` combinations where they can be: the
+    longest :data:`THINNABLE` grid loses one value at a time (its count; each is then a
+    log-spread of the full grid, the ends kept), the others kept whole."""
+    sizes = [len(g) for g in grids]
+    while math.prod(sizes) > MAX_COMBINATIONS:
+        cut = [k for k, u in enumerate(unknown) if u in THINNABLE and sizes[k] > 2]
+        if not cut:
+            break
+        k = max(cut, key=lambda k: (sizes[k], -k))
+        sizes[k] -= 1
+    return [g if n == len(g) else _spread_grid(g, n) for g, n in zip(grids, sizes, strict=True)]
+
+
 def _choices(
     name: str, stack: StackSpec | None, model: ModelSpec, layout: Layout, training: Training
 ) -> tuple[Any, ...]:
@@ -115,6 +156,32 @@ def _choices(
         wider = wider_selective(stack, model, at)
         return (*levels, *(("selective", modules) for modules in wider))
     return stack.capabilities.zero_stages if stack else (0, 1, 2, 3)
+
+
+def lightest_setting(
+    model: ModelSpec,
+    layout: Layout,
+    training: Training,
+    unknown: tuple[str, ...],
+    stack: StackSpec | None = None,
+) -> tuple[Layout, Training, dict[str, Any]]:
+    """``layout`` and ``training`` with each unknown knob at the value that needs the least
+    memory per GPU (recompute is left as given: the caller's fallbacks raise it): the highest
+    ZeRO stage the stack runs, the smallest micro-batch, the largest expert-parallel size, no
+    interleaving (fewer micro-batches in flight); with the values set. Where nothing fits
+    under any setting, this is the one whose memory says by how much."""
+    picked: dict[str, Any] = {}
+    for name in unknown:
+        grid = _choices(name, stack, model, layout, training)
+        if name == "zero" or name == "ep":
+            picked[name] = max(grid)
+        elif name == "micro_batch":
+            picked[name] = min(grid)
+        elif name == "vpp":
+            picked[name] = None
+    lay = layout.with_changes(**{k: v for k, v in picked.items() if k in Layout.model_fields})
+    tr = training.with_changes(**{k: v for k, v in picked.items() if k in Training.model_fields})
+    return lay, tr, picked
 
 
 def _stated_violation(
@@ -150,45 +217,30 @@ def tuned_prediction(
     bad = [u for u in unknown if u not in UNKNOWABLE]
     if bad or not unknown:
         raise PlannerError("unknown", f"{', '.join(bad) or 'nothing'}", ", ".join(UNKNOWABLE))
-    grids = [_choices(u, stack, model, layout, training) for u in unknown]
-    if "micro_batch" in unknown:  # a per-replica batch with many divisors: a spread of them
-        at = unknown.index("micro_batch")
-        others = math.prod(len(g) for i, g in enumerate(grids) if i != at)
-        grids[at] = spread(grids[at], MAX_COMBINATIONS // others)
-    if math.prod(len(g) for g in grids) > MAX_COMBINATIONS:  # never a silently cut search
+    full = [_choices(u, stack, model, layout, training) for u in unknown]
+    grids = thinned(full, unknown)
+    if math.prod(len(g) for g in grids) > MAX_COMBINATIONS:  # recompute x zero alone too many
         raise PlannerError(
             "unknown", f"more than {MAX_COMBINATIONS:,} settings", "fewer unknown knobs"
         )
     tolerated = _stated_violation(model, layout, training, stack, enforce_stack)
-    fitting: list[tuple[StepReport, Layout, Training, dict[str, Any]]] = []
-    legal = 0
-    for values in itertools.product(*grids):
-        picked = dict(zip(unknown, values, strict=True))
-        l_update = {k: v for k, v in picked.items() if k in Layout.model_fields}
-        t_update = {k: v for k, v in picked.items() if k in Training.model_fields}
-        if isinstance(picked.get("recompute"), tuple):  # selective with a wider module set
-            t_update["recompute"], t_update["recompute_modules"] = picked["recompute"]
-            picked = {**picked, "recompute": "selective"}
-            picked["recompute_modules"] = ", ".join(t_update["recompute_modules"])
-        elif t_update.get("recompute", training.recompute) != "selective":
-            t_update["recompute_modules"] = None
-        try:  # fields the caller left unset stay unset, for the stack to fill
-            tr = training.with_changes(**t_update)
-            lay = layout.with_changes(**l_update)
-            if stack is not None:  # the returned layout and training are the ones costed
-                lay, tr = apply_stack(stack, model, lay, tr)
-                violation = stack_violation(stack, lay, tr)
-                if violation is not None and str(violation) != tolerated:
-                    continue  # a tuned value the stack cannot run: not what the run used
-            check_layout(model, cluster, lay, tr)
-            report = simulate_step(
-                model, cluster, lay, tr, profile, stack=stack, enforce_stack=False
+    tried: dict[tuple[Any, ...], tuple[StepReport, Layout, Training, dict[str, Any]] | None] = {}
+
+    def cost(values: tuple[Any, ...]) -> Any:
+        """The costed setting (None: not legal); each combination costed once."""
+        if values not in tried:
+            tried[values] = _setting(
+                model, cluster, layout, training, profile, stack, tolerated, unknown, values
             )
-        except (PlannerError, ValueError):
-            continue  # not a legal setting for this model, layout or stack
-        legal += 1
-        if report.fits:
-            fitting.append((report, lay, tr, picked))
+        return tried[values]
+
+    for values in itertools.product(*grids):
+        cost(values)
+    combinations = math.prod(len(g) for g in full)
+    if combinations > len(tried):  # the full space is larger: one knob at a time from the best
+        _coordinate_search(full, cost, tried)
+    legal = sum(1 for got in tried.values() if got is not None)
+    fitting = [got for got in tried.values() if got is not None and got[0].fits]
     if not fitting:
         raise PlannerError(
             "unknown",
@@ -198,15 +250,92 @@ def tuned_prediction(
     rates = [f[0].tokens_per_s_per_gpu for f in fitting]
     best = max(fitting, key=lambda f: f[0].tokens_per_s_per_gpu)
     return TunedPrediction(
-        best[0], best[1], best[2], best[3], min(rates), max(rates), len(fitting), legal
+        best[0],
+        best[1],
+        best[2],
+        best[3],
+        min(rates),
+        max(rates),
+        len(fitting),
+        legal,
+        combinations,
+        len(tried),
     )
+
+
+def _setting(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    training: Training,
+    profile: CalibrationProfile,
+    stack: StackSpec | None,
+    tolerated: str | None,
+    unknown: tuple[str, ...],
+    values: tuple[Any, ...],
+) -> tuple[StepReport, Layout, Training, dict[str, Any]] | None:
+    """One setting of the unknown knobs costed: its report, the layout and training costed
+    and the values picked; None where it is not legal for the model, layout or stack."""
+    picked = dict(zip(unknown, values, strict=True))
+    l_update = {k: v for k, v in picked.items() if k in Layout.model_fields}
+    t_update = {k: v for k, v in picked.items() if k in Training.model_fields}
+    if isinstance(picked.get("recompute"), tuple):  # selective with a wider module set
+        t_update["recompute"], t_update["recompute_modules"] = picked["recompute"]
+        picked = {**picked, "recompute": "selective"}
+        picked["recompute_modules"] = ", ".join(t_update["recompute_modules"])
+    elif t_update.get("recompute", training.recompute) != "selective":
+        t_update["recompute_modules"] = None
+    try:  # fields the caller left unset stay unset, for the stack to fill
+        tr = training.with_changes(**t_update)
+        lay = layout.with_changes(**l_update)
+        if stack is not None:  # the returned layout and training are the ones costed
+            lay, tr = apply_stack(stack, model, lay, tr)
+            violation = stack_violation(stack, lay, tr)
+            if violation is not None and str(violation) != tolerated:
+                return None  # a tuned value the stack cannot run: not what the run used
+        check_layout(model, cluster, lay, tr)
+        report = simulate_step(model, cluster, lay, tr, profile, stack=stack, enforce_stack=False)
+    except (PlannerError, ValueError):
+        return None  # not a legal setting for this model, layout or stack
+    return report, lay, tr, picked
+
+
+def _coordinate_search(
+    full: list[tuple[Any, ...]],
+    cost: Any,
+    tried: dict[tuple[Any, ...], Any],
+) -> None:
+    """From each of the :data:`SEARCH_STARTS` fastest fitting settings in ``tried``, change one
+    knob at a time over its full grid and move to the fastest that fits, until no single
+    change is faster (at most :data:`MAX_PASSES` passes); every combination costed lands in
+    ``tried``."""
+
+    def rate(values: tuple[Any, ...] | None) -> float:
+        got = None if values is None else tried.get(values)
+        return got[0].tokens_per_s_per_gpu if got is not None and got[0].fits else -1.0
+
+    starts = sorted((v for v in tried if rate(v) >= 0), key=rate, reverse=True)[:SEARCH_STARTS]
+    for best in starts:  # nothing fits on the spread grid (it holds the lightest): no start
+        for _ in range(MAX_PASSES):
+            start = best
+            for k, grid in enumerate(full):
+                for value in grid:
+                    values = (*best[:k], value, *best[k + 1 :])
+                    cost(values)
+                    if rate(values) > rate(best):
+                        best = values
+            if best == start:
+                break
 
 
 __all__ = [
     "MAX_COMBINATIONS",
+    "MAX_PASSES",
+    "thinned",
     "ep_choices",
     "TunedPrediction",
     "UNKNOWABLE",
+    "lightest_setting",
     "micro_batch_choices",
     "tuned_prediction",
 ]

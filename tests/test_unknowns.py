@@ -3,6 +3,7 @@ uses it for an unpublished micro-batch."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -235,3 +236,67 @@ def test_schema_1_tunes_a_null_expert_parallel_size_of_an_moe_case() -> None:
     assert row["status"] == "ok" and "not stated, tuned: ep" in row["reason"], row["reason"]
     lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
     assert lo <= row["predicted_tokens_per_s_per_gpu"] <= hi
+
+
+def test_a_space_past_the_bound_is_searched_on_a_spread_grid_then_one_knob_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five unknown knobs of an MoE model: with the bound lowered below the full space, the
+    search costs a log-spread grid and then walks one knob at a time; it says it was not
+    exhaustive, costs fewer combinations than the full space, and finds a setting at least as
+    fast as the best on the spread grid alone and no faster than the exhaustive best."""
+    import planner.unknowns as unknowns
+
+    moe = planner.load_model("mixtral-8x7b")
+    layout = planner.Layout(tp=2, pp=4, dp=8, sequence_parallel=True)
+    tr = planner.Training(seq_len=4096, global_batch=512)
+    knobs = ("micro_batch", "vpp", "recompute", "zero", "ep")
+    stack = planner.load_stack("megatron-core")
+    monkeypatch.setattr(unknowns, "MAX_COMBINATIONS", 10_000)
+    full = tuned_prediction(moe, CLUSTER, layout, tr, PROFILE, knobs, stack)
+    assert full.exhaustive and full.searched == full.combinations > 1_000
+    monkeypatch.setattr(unknowns, "MAX_COMBINATIONS", 1_000)
+    grids = unknowns.thinned([unknowns._choices(k, stack, moe, layout, tr) for k in knobs], knobs)
+    assert min(len(g) for g in grids) >= 2
+    part = tuned_prediction(moe, CLUSTER, layout, tr, PROFILE, knobs, stack)
+    assert not part.exhaustive and part.searched < part.combinations == full.combinations
+    assert part.report.fits
+    rate = part.report.tokens_per_s_per_gpu
+    assert rate <= full.report.tokens_per_s_per_gpu
+    assert full.tokens_per_s_per_gpu_min <= part.tokens_per_s_per_gpu_min <= rate
+    for k, grid in zip(knobs, grids, strict=True):  # the spread grid keeps each grid's ends
+        whole = unknowns._choices(k, stack, moe, layout, tr)
+        assert grid[0] == whole[0] and grid[-1] == whole[-1]
+    spread_best = max(
+        (
+            got[0].tokens_per_s_per_gpu
+            for values in itertools.product(*grids)
+            if (
+                got := unknowns._setting(
+                    moe, CLUSTER, layout, tr, PROFILE, stack, None, knobs, values
+                )
+            )
+            is not None
+            and got[0].fits
+        ),
+        default=0.0,
+    )
+    assert rate >= spread_best > 0
+
+
+def test_the_lightest_setting_is_the_least_memory() -> None:
+    """ZeRO at the stack's highest stage, micro-batch 1, EP at its largest, no interleaving:
+    no other setting of those knobs needs less memory per GPU."""
+    from planner.unknowns import lightest_setting
+
+    moe = planner.load_model("mixtral-8x7b")
+    layout = planner.Layout(tp=2, pp=4, dp=8, sequence_parallel=True)
+    tr = planner.Training(seq_len=4096, global_batch=512, recompute="full")
+    stack = planner.load_stack("megatron-core")
+    knobs = ("micro_batch", "vpp", "zero", "ep")
+    lay, trl, picked = lightest_setting(moe, layout, tr, knobs, stack)
+    assert picked == {"micro_batch": 1, "vpp": None, "zero": 3, "ep": 8}
+    assert (lay.zero, lay.ep, lay.vpp, trl.micro_batch) == (3, 8, None, 1)
+    light = planner.simulate(moe, CLUSTER, lay, trl, PROFILE, stack=stack).peak_memory_gib
+    t = tuned_prediction(moe, CLUSTER, layout, tr, PROFILE, knobs, stack)
+    assert light <= t.report.peak_memory_gib

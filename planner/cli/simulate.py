@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
                     tuned.tokens_per_s_per_gpu_max,
                 ],
                 "settings_that_fit": tuned.settings,
+                "combinations": tuned.combinations,
+                "combinations_costed": tuned.searched,
             }
         json_out(out)
     else:
@@ -104,7 +106,14 @@ def run(args: argparse.Namespace) -> int:
             picked = ", ".join(f"{k} {v}" for k, v in tuned.picked.items())
             console().print(
                 f"[bold]Unstated knobs[/]: tuned to {picked} (the fastest of "
-                f"{tuned.settings} legal settings that fit); tokens/s/GPU over those settings: "
+                f"{tuned.settings} legal settings that fit"
+                + (
+                    ""
+                    if tuned.exhaustive
+                    else f"; {tuned.searched:,} of {tuned.combinations:,} combinations costed: "
+                    "a log-spread grid, then one knob at a time"
+                )
+                + "); tokens/s/GPU over those settings: "
                 f"{tuned.tokens_per_s_per_gpu_min:,.1f} to {tuned.tokens_per_s_per_gpu_max:,.1f}"
                 "; with the planner's error band: {:,.1f} to {:,.1f}".format(
                     *band.interval(tuned.tokens_per_s_per_gpu_min, tuned.tokens_per_s_per_gpu_max)

@@ -10,6 +10,7 @@ gets status "error" naming the field at fault; the run goes on.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from planner.stacks import (
     model_violations,
 )
 from planner.uncertainty import error_band
-from planner.unknowns import tuned_prediction
+from planner.unknowns import lightest_setting, tuned_prediction
 from planner.validate.cases import SCHEMAS, Case, CaseV2
 from planner.validate.fallbacks import fitting, with_fallback
 from planner.validate.inputs import CaseInputs, case_inputs, v1_zero3_stack
@@ -112,6 +113,12 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
             untuned = True
         else:
             rep, costed = _record_tuned(out, case, tuned, notes), (tuned.layout, tuned.training)
+    if untuned:  # the fallbacks are sought at the unstated knobs' lightest setting
+        lay, tr, lightest = lightest_setting(i.model, i.layout, i.training, i.unstated, i.stack)
+        light = replace(i, layout=lay, training=tr)
+        rep, costed = _stated_report(light, profile, i.stack), (lay, tr)
+        values = ", ".join(f"{k} {'none' if v is None else v}" for k, v in lightest.items())
+        notes.append(f"the inputs below are at the lightest setting in memory: {values}")
     if rep is None:
         rep = _stated_report(i, profile, i.stack)
     if rep.fits and i.other_code_bases:
@@ -132,6 +139,8 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
                 others = tuple(c for c, _ in rest)
                 known = [_tuned_range(t) for _, t in rest]
                 rep = _record_tuned(out, case, tuned, notes)
+            elif rep.fits:  # fits only at the lightest setting the fallback was found at
+                notes.append("costed at that lightest setting: no other fits with the saver")
         if rep.fits and others:
             _over_fallbacks(out, case, i, rep, others, profile, notes, known)
     if not rep.fits and "zero" in i.unstated:
@@ -309,6 +318,16 @@ def _tuned(i: CaseInputs, training: Training, profile: Any, stack: Any = None) -
     )
 
 
+def _searched(tuned: Any) -> str:
+    """How much of a tuned prediction's space was costed, where not all of it."""
+    if tuned.exhaustive:
+        return ""
+    return (
+        f"; {tuned.searched:,} of {tuned.combinations:,} combinations costed (a log-spread "
+        "grid, then one knob at a time from the fastest)"
+    )
+
+
 def _record_tuned(out: dict, case: Case | CaseV2, tuned: Any, notes: list[str]) -> Any:
     """Say which settings were picked (and, with more than one legal, the range and whether
     the measurement lies in it); the tuned report."""
@@ -325,7 +344,7 @@ def _record_tuned(out: dict, case: Case | CaseV2, tuned: Any, notes: list[str]) 
         out["in_range"] = bool(lo <= meas <= hi)
         notes.append(
             f"not stated, tuned: {picked}, the fastest of {tuned.settings} settings "
-            f"that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU)"
+            f"that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU){_searched(tuned)}"
         )
     return tuned.report
 

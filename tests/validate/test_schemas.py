@@ -1205,3 +1205,32 @@ def test_an_unstated_zero_stage_that_only_zero_3_fits_is_costed_at_the_names_zer
     raw["layout"]["tp"], raw["layout"]["dp"] = 8, 48  # it fits without ZeRO-3: no switch
     row = run_case(raw, planner.default_profile, 1)
     assert row["status"] == "ok" and "costed under deepspeed" not in row["reason"]
+
+
+def test_an_unstated_zero_stage_that_fits_only_with_a_saver_is_tuned_under_that_saver():
+    """Megatron-Bridge on 64 GB200 running Llama 3 70B data parallel only (its FP8 preset runs
+    Megatron-FSDP with activation offload): with ZeRO stage null nothing fits at stage 0 or 1
+    and the saver schema 1 cannot state (offload) is only found at the unstated knob's lightest
+    setting, stage 3. The row is costed as the one that states zero 3, and says so."""
+    raw = _v1(
+        "llama3.1-70b",
+        cluster="gb200-nvl72",
+        num_gpus=64,
+        framework="megatron-bridge",
+        layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3},
+        training={
+            "seq_len": 8192,
+            "global_batch": 128,
+            "micro_batch": 2,
+            "recompute": "none",
+            "precision": "fp8",
+        },
+    )
+    stated = run_case(raw, planner.default_profile, 1)
+    assert stated["status"] == "ok" and "offloaded layers" in stated["reason"], stated["reason"]
+    raw["layout"]["zero"] = None
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert "lightest setting in memory: zero 3" in row["reason"]
+    assert "tuned: zero 3" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == stated["predicted_tokens_per_s_per_gpu"]
