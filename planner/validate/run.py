@@ -9,20 +9,15 @@ gets status "error" naming the field at fault; the run goes on.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import ValidationError
 
 from planner.errors import PlannerError, pydantic_error_to_planner
-from planner.resources import cases_path
-from planner.safe_io import MAX_CASES_BYTES, MAX_CASES_NODES, MAX_CASES_PER_FILE
 from planner.simulate import simulate_step
 from planner.specs.layout import Training
-from planner.specs.loading import read_yaml_file
 from planner.stacks import (
     applied_violation,
     apply_stack,
@@ -30,18 +25,11 @@ from planner.stacks import (
 )
 from planner.uncertainty import error_band
 from planner.unknowns import lightest_setting, tuned_prediction
-from planner.validate.cases import SCHEMAS, Case, CaseV2
+from planner.validate.cases import Case, CaseV2
 from planner.validate.fallbacks import fitting, with_fallback
+from planner.validate.files import case_file, case_id, check_case_list, read_case_file
 from planner.validate.inputs import CaseInputs, case_inputs, v1_zero3_stack
-
-
-def _case_id(raw: Any) -> str:
-    """The case's id as a short string for its result row; an id that is not a short string
-    (a list, a YAML alias tree) is never copied into the results."""
-    value = raw.get("id") if isinstance(raw, dict) else None
-    if isinstance(value, str) and 0 < len(value) <= 200:
-        return value
-    return "?"
+from planner.validate.summary import summarize
 
 
 def _empty_row(case_id: str) -> dict[str, Any]:
@@ -72,7 +60,7 @@ def parse_case(raw: Any, schema: int = 1) -> Case | CaseV2:
 def run_case(raw: Any, profile_for: Any, schema: int = 1, strict: bool = False) -> dict:
     """Simulate one raw case mapping; never raises: any failure is this case's error row.
     ``strict``: a schema 1 framework outside the framework table is an error."""
-    out = _empty_row(_case_id(raw))
+    out = _empty_row(case_id(raw))
     try:
         case = parse_case(raw, schema)
         out["measured_tokens_per_s_per_gpu"] = case.measured.tokens_per_s_per_gpu
@@ -379,111 +367,6 @@ def _case_result(
     out["predicted_band_tokens_per_s_per_gpu"] = [round(band[0], 2), round(band[1], 2)]
     out["in_band"] = bool(band[0] <= meas <= band[1])
     return out
-
-
-def summarize(cases: list[dict]) -> dict:
-    """Error summary over scored cases with status ok (shared/validation/README.md), the
-    share of cases with a predicted range whose measurement falls inside it, and the share of
-    scored cases whose measurement falls inside the planner's error band around it."""
-    ok = [c for c in cases if c["status"] == "ok" and _finite(c.get("error_pct"))]
-    scored = [c for c in ok if c.get("scored", True)]
-    ape = np.array([abs(c["error_pct"]) for c in scored], dtype=float)
-    mem = [
-        abs(c["predicted_peak_memory_gib"] - c["measured_peak_memory_gib"])
-        / c["measured_peak_memory_gib"]
-        * 100
-        for c in ok
-        if c.get("measured_peak_memory_gib")
-    ]
-    ranged = [c for c in ok if "in_range" in c]
-    banded = [c for c in scored if "in_band" in c]
-
-    def stat(fn: Any) -> float | None:
-        return round(float(fn(ape)), 2) if ape.size else None
-
-    return {
-        "n": len(cases),
-        "n_ok": len(ok),
-        "n_scored": len(scored),
-        "mape_pct": stat(np.mean),
-        "median_ape_pct": stat(np.median),
-        "p90_ape_pct": stat(lambda a: np.percentile(a, 90)),
-        "max_ape_pct": stat(np.max),
-        "memory_mape_pct": round(float(np.mean(mem)), 2) if mem else None,
-        "n_memory": len(mem),
-        "n_ranged": len(ranged),
-        "range_coverage_pct": (
-            round(100.0 * sum(c["in_range"] for c in ranged) / len(ranged), 1) if ranged else None
-        ),
-        "n_banded": len(banded),
-        "band_coverage_pct": (
-            round(100.0 * sum(c["in_band"] for c in banded) / len(banded), 1) if banded else None
-        ),
-    }
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
-def check_case_list(data: Any, max_cases: int = MAX_CASES_PER_FILE) -> list[Any]:
-    """A list of raw cases checked: at most ``max_cases`` cases whose ids are unique (a case
-    repeated through YAML aliases would be simulated once per copy, and its rows could not be
-    told apart)."""
-    if not isinstance(data, list):
-        raise PlannerError(
-            "FILE",
-            f"expected a YAML list of cases, got {type(data).__name__}",
-            "schema version 1 (a list of case mappings) or 2 ({schema: 2, cases: [...]})",
-        )
-    if len(data) > max_cases:
-        raise PlannerError(
-            "FILE", f"{len(data):,} cases", f"at most {max_cases:,} cases per file (split it)"
-        )
-    seen: dict[int, str] = {}
-    ids: set[str] = set()
-    for i, raw in enumerate(data):
-        if id(raw) in seen:  # the same node twice: an alias of an earlier case
-            raise PlannerError(
-                f"FILE[{i}]", f"repeats case {seen[id(raw)]!r} (a YAML alias)", "unique cases"
-            )
-        case_id = _case_id(raw)
-        seen[id(raw)] = case_id
-        if case_id != "?" and case_id in ids:
-            raise PlannerError(f"FILE[{i}].id", f"duplicate id {case_id!r}", "unique case ids")
-        ids.add(case_id)
-    return data
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    """A value as short text for an error line (a 400-digit number or a long key list is cut;
-    an int too long for ``repr`` is described)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int past Python's digit limit
-        text = f"an integer of more than {limit} digits"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def case_file(data: Any) -> tuple[int, list[Any]]:
-    """A parsed validation file as (schema version, raw cases): a bare list is schema 1, a
-    mapping ``{schema: 2, cases: [...]}`` schema 2."""
-    if isinstance(data, dict):
-        schema = data.get("schema")
-        if schema not in SCHEMAS or schema == 1 or set(data) - {"schema", "cases"}:
-            raise PlannerError(
-                "FILE.schema",
-                f"{_short(schema)} with keys {_short(sorted(map(str, data)))}",
-                "a list of cases (schema 1) or {schema: 2, cases: [...]}",
-            )
-        return 2, check_case_list(data.get("cases"))
-    return 1, check_case_list(data)
-
-
-def read_case_file(path: str | Path) -> tuple[int, list[Any]]:
-    """A validation file (a path, or a shipped id: ``public``, ``heldout_moe``) as
-    (schema version, raw cases)."""
-    return case_file(read_yaml_file(cases_path(path), "FILE", MAX_CASES_BYTES, MAX_CASES_NODES))
 
 
 def validate_cases(
