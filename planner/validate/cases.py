@@ -103,19 +103,69 @@ _WORDS = (
 )
 
 
+# other names the same value is published under, per field (after lower case, "_" as "-"):
+# the dtype names of PyTorch and the papers, NeMo's "fp8-hybrid" (E4M3 forward, E5M2 backward:
+# Transformer Engine's delayed scaling), the scaling recipes written into the precision (with
+# the recipe they name, where the case states none), Hugging Face's hidden_act names of a GLU
+# MLP ("silu" in a LLaMA config is SwiGLU) and of the squared ReLU, and the plain words for no
+# and full activation checkpointing
+_ALIASES: dict[tuple[str | None, str], dict[str, tuple[str, dict[str, str]]]] = {
+    ("training", "precision"): {
+        "bfloat16": ("bf16", {}),
+        "float16": ("fp16", {}),
+        "half": ("fp16", {}),
+        "float32": ("fp32", {}),
+        "float8": ("fp8", {}),
+        "fp8-hybrid": ("fp8", {"fp8_recipe": "delayed"}),
+        "fp8-delayed": ("fp8", {"fp8_recipe": "delayed"}),
+        "fp8-tensorwise": ("fp8", {"fp8_recipe": "tensorwise"}),
+        "fp8-current-scaling": ("fp8", {"fp8_recipe": "tensorwise"}),
+        "fp8-cs": ("fp8", {"fp8_recipe": "tensorwise"}),
+        "fp8-rowwise": ("fp8", {"fp8_recipe": "rowwise"}),
+        "fp8-blockwise": ("fp8", {"fp8_recipe": "blockwise"}),
+        "mxfp8": ("fp8", {"fp8_recipe": "mxfp8"}),
+        "fp8-mx": ("fp8", {"fp8_recipe": "mxfp8"}),
+    },
+    ("model", "activation"): {
+        "silu": ("swiglu", {}),
+        "swish": ("swiglu", {}),
+        "squared-relu": ("relu2", {}),
+        "relu-squared": ("relu2", {}),
+        "gelu-new": ("gelu", {}),
+        "gelu-tanh": ("gelu", {}),
+        "gelu-pytorch-tanh": ("gelu", {}),
+        "gated-gelu": ("geglu", {}),
+    },
+    ("training", "recompute"): {
+        "off": ("none", {}),
+        "no": ("none", {}),
+        "disabled": ("none", {}),
+        "full-recompute": ("full", {}),
+        "activation-checkpointing": ("full", {}),
+    },
+}
+
+
 def _lower_case_words(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with the string values of :data:`_WORDS` stripped and in lower case."""
+    """``data`` with the string values of :data:`_WORDS` stripped and in lower case, and each
+    name of :data:`_ALIASES` read as the value it stands for."""
     out = dict(data)
     for section, name in _WORDS:
         holder = out if section is None else out.get(section)
         if not isinstance(holder, dict) or not isinstance(holder.get(name), str):
             continue
         word = holder[name].strip().lower()
-        word = word.replace("_", "-") if name == "cluster" else word
+        extra: dict[str, str] = {}
+        if name == "cluster":
+            word = word.replace("_", "-")
+        elif (section, name) in _ALIASES:
+            aliases = _ALIASES[(section, name)]
+            word, extra = aliases.get(word.replace("_", "-"), (word, {}))
         if section is None:
             out[name] = word
         else:
-            out[section] = {**holder, name: word}
+            stated = {k: v for k, v in extra.items() if holder.get(k) is None}
+            out[section] = {**holder, name: word, **stated}
     return out
 
 

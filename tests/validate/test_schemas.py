@@ -1234,3 +1234,37 @@ def test_an_unstated_zero_stage_that_fits_only_with_a_saver_is_tuned_under_that_
     assert "lightest setting in memory: zero 3" in row["reason"]
     assert "tuned: zero 3" in row["reason"]
     assert row["predicted_tokens_per_s_per_gpu"] == stated["predicted_tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "written", "read", "extra"),
+    [
+        ("training", "precision", "bfloat16", "bf16", {}),
+        ("training", "precision", "MXFP8", "fp8", {"fp8_recipe": "mxfp8"}),
+        ("training", "precision", "fp8_hybrid", "fp8", {"fp8_recipe": "delayed"}),
+        ("training", "precision", "FP8-CS", "fp8", {"fp8_recipe": "tensorwise"}),
+        ("model", "activation", "silu", "swiglu", {}),
+        ("model", "activation", "squared_relu", "relu2", {}),
+        ("training", "recompute", "Off", "none", {}),
+    ],
+)
+def test_a_value_published_under_another_name_reads_as_that_value(
+    section: str, field: str, written: str, read: str, extra: dict
+) -> None:
+    """The names a value is published under (PyTorch dtypes, NeMo's fp8-hybrid, the FP8
+    scaling written into the precision, Hugging Face's hidden_act) read as the value, with the
+    recipe they name where the case states none; an unknown word is still the field's error."""
+    from planner.validate.cases import Case
+
+    raw = _v1()
+    raw[section][field] = written
+    case = Case.model_validate(raw)
+    assert getattr(getattr(case, section), field) == read
+    for name, value in extra.items():
+        assert getattr(case.training, name) == value
+    if extra:  # a recipe the case states wins over the one the alias names
+        raw["training"]["fp8_recipe"] = "rowwise"
+        assert Case.model_validate(raw).training.fp8_recipe == "rowwise"
+    raw[section][field] = "no-such-" + field
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "error" and row["reason"].startswith(f"{section}.{field}")
