@@ -236,6 +236,8 @@ def normalise(framework: str) -> str:
     text = " ".join(words)
     bare = re.sub(r"\([^)]*\)", " ", text)
     found = _table_key(bare.split())
+    if found is None:  # "Megatron-LM + DeepSpeed": the one code base of both names
+        found = _combined(bare)
     if found is None:  # "llm-foundry/Composer", "HF Transformers + DeepSpeed"
         found = _first_part(bare)
     if found is None:  # "OLMo (PyTorch FSDP)"
@@ -245,11 +247,36 @@ def normalise(framework: str) -> str:
     return found or key
 
 
+# compound names whose parts are two frameworks that ran as one code base: Megatron's model and
+# parallelism on DeepSpeed is Megatron-DeepSpeed (the BLOOM and MT-NLG papers name it
+# "Megatron-DeepSpeed"; others write "Megatron-LM + DeepSpeed")
+_COMBINED: tuple[tuple[frozenset[str], frozenset[str], str], ...] = (
+    (
+        frozenset({"megatron-lm", "megatron", "megatron-core", "mcore"}),
+        frozenset({"deepspeed", "deepspeed-zero", "deepspeed-zero3"}),
+        "megatron-deepspeed",
+    ),
+)
+
+
+def _parts(text: str) -> list[str]:
+    """The table keys of a compound name's parts (split at "/", "+", ",", "&", "and",
+    "with", "on"), in order; a part that is no key is left out."""
+    parts = (p.split() for p in re.split(r"[/+,&]|\band\b|\bwith\b|\bon\b", text))
+    return [k for k in map(_table_key, parts) if k is not None]
+
+
+def _combined(text: str) -> str | None:
+    """The key of a compound name whose parts name two frameworks that ran as one code base
+    (:data:`_COMBINED`), else None."""
+    keys = set(_parts(text))
+    return next((key for a, b, key in _COMBINED if keys & a and keys & b), None)
+
+
 def _first_part(text: str) -> str | None:
     """The table key of the first part of a compound name that is one (split at "/", "+",
     ",", "&", "and", "with", "on"), else None."""
-    parts = (p.split() for p in re.split(r"[/+,&]|\band\b|\bwith\b|\bon\b", text))
-    return next((k for k in map(_table_key, parts) if k is not None), None)
+    return next(iter(_parts(text)), None)
 
 
 # what a schema 1 case states that picks among a framework's code bases (BY_CAPABILITY)

@@ -400,6 +400,9 @@ def test_vendor_words_unhyphenated_spellings_and_compound_names_find_their_key()
         ("MosaicML Composer", "composer"),
         ("llm-foundry/Composer", "llm-foundry"),
         ("HF Transformers + DeepSpeed", "deepspeed"),
+        ("MegatronLM+DeepSpeed", "megatron-deepspeed"),  # two names, one code base
+        ("DeepSpeed and Megatron-LM", "megatron-deepspeed"),
+        ("Megatron-LM with DeepSpeed ZeRO", "megatron-deepspeed"),
         ("NeMo on DGX Cloud", "nemo"),
         ("NVIDIA", "nvidia"),  # a vendor alone names no framework
         ("Colossal-AI", "colossal-ai"),  # not in the table: left as it is
