@@ -434,6 +434,13 @@ DS_ON_B200 = {
     "framework": "megatron-bridge",
     "layout": {"tp": 1, "pp": 16, "dp": 16, "ep": 8, "zero": 1, "vpp": 1},
 }
+# Megatron-Bridge's Llama 3 70B FP8 preset on 64 GB200: Megatron-FSDP, data parallel only
+FSDP_70B_ON_GB200 = {
+    "cluster": "gb200-nvl72",
+    "num_gpus": 64,
+    "framework": "megatron-bridge",
+    "layout": {"tp": 1, "pp": 1, "dp": 64, "zero": 3},
+}
 
 
 def test_notes_are_never_read():
@@ -496,10 +503,7 @@ def test_v2_structured_mtp_and_offload_reach_the_simulation():
     assert r1["predicted_tokens_per_s_per_gpu"] < r0["predicted_tokens_per_s_per_gpu"]
     off = _v2(
         "llama3.1-70b",
-        cluster="gb200-nvl72",
-        num_gpus=64,
-        framework="megatron-bridge",
-        layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3},
+        **FSDP_70B_ON_GB200,
         training={
             "seq_len": 8192,
             "global_batch": 256,
@@ -643,10 +647,7 @@ def _no_fit_without_offload(schema: int) -> dict:
     make = _v1 if schema == 1 else _v2
     return make(
         "llama3.1-70b",
-        cluster="gb200-nvl72",
-        num_gpus=64,
-        framework="megatron-bridge",
-        layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3},
+        **FSDP_70B_ON_GB200,
         training={"global_batch": 256, "micro_batch": 2, "recompute": "none", "precision": "fp8"},
     )
 
@@ -1215,20 +1216,7 @@ def test_an_unstated_zero_stage_that_fits_only_with_a_saver_is_tuned_under_that_
     Megatron-FSDP with activation offload): with ZeRO stage null nothing fits at stage 0 or 1
     and the saver schema 1 cannot state (offload) is only found at the unstated knob's lightest
     setting, stage 3. The row is costed as the one that states zero 3, and says so."""
-    raw = _v1(
-        "llama3.1-70b",
-        cluster="gb200-nvl72",
-        num_gpus=64,
-        framework="megatron-bridge",
-        layout={"tp": 1, "pp": 1, "dp": 64, "zero": 3},
-        training={
-            "seq_len": 8192,
-            "global_batch": 128,
-            "micro_batch": 2,
-            "recompute": "none",
-            "precision": "fp8",
-        },
-    )
+    raw = _no_fit_without_offload(1)
     stated = run_case(raw, planner.default_profile, 1)
     assert stated["status"] == "ok" and "offloaded layers" in stated["reason"], stated["reason"]
     raw["layout"]["zero"] = None
