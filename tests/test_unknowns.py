@@ -71,6 +71,40 @@ def test_cli_unknown_reports_the_pick_and_range(capsys: pytest.CaptureFixture[st
     lo, hi = out["tuned"]["tokens_per_s_per_gpu_range"]
     assert lo <= out["tokens_per_s_per_gpu"] <= hi
     assert out["training"]["micro_batch"] == out["tuned"]["picked"]["micro_batch"]
+    # one knob: every combination was costed, and the JSON says how many
+    assert out["tuned"]["combinations_costed"] == out["tuned"]["combinations"] >= 2
+
+
+def test_cli_says_when_a_large_space_was_not_costed_whole(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """All five knobs of an MoE model: more than 1,000 combinations, so a spread grid and a
+    coordinate search cost part of them, and both the JSON and the table say how many."""
+    argv = [
+        "simulate",
+        "--model",
+        "mixtral-8x7b",
+        "--cluster",
+        "dgx-h100",
+        "--gpus",
+        "64",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--sequence-parallel",
+        "--global-batch",
+        "512",
+        "--unknown",
+        "micro_batch,vpp,recompute,zero,ep",
+    ]
+    assert main([*argv, "--json"]) == 0
+    tuned = json.loads(capsys.readouterr().out)["tuned"]
+    assert tuned["combinations"] > 1_000 > tuned["combinations_costed"] / 2
+    assert tuned["combinations_costed"] < tuned["combinations"]
+    assert main(argv) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"of {tuned['combinations']:,} combinations costed" in text
 
 
 def test_a_knob_flag_given_unknown_is_tuned_as_with_unknown(
