@@ -167,21 +167,38 @@ def lightest_setting(
 ) -> tuple[Layout, Training, dict[str, Any]]:
     """``layout`` and ``training`` with each unknown knob at the value that needs the least
     memory per GPU (recompute is left as given: the caller's fallbacks raise it): the highest
-    ZeRO stage the stack runs, the smallest micro-batch, the largest expert-parallel size, no
-    interleaving (fewer micro-batches in flight); with the values set. Where nothing fits
+    ZeRO stage the stack runs with this layout, the smallest micro-batch, the largest
+    expert-parallel size, no interleaving (fewer micro-batches in flight); with the values
+    set. Where nothing fits
     under any setting, this is the one whose memory says by how much."""
     picked: dict[str, Any] = {}
     for name in unknown:
         grid = _choices(name, stack, model, layout, training)
-        if name == "zero" or name == "ep":
+        if name == "ep":
             picked[name] = max(grid)
         elif name == "micro_batch":
             picked[name] = min(grid)
         elif name == "vpp":
             picked[name] = None
-    lay = layout.with_changes(**{k: v for k, v in picked.items() if k in Layout.model_fields})
-    tr = training.with_changes(**{k: v for k, v in picked.items() if k in Training.model_fields})
-    return lay, tr, picked
+
+    def at(zero: int | None = None) -> tuple[Layout, Training]:
+        given = picked if zero is None else {**picked, "zero": zero}
+        lay = layout.with_changes(**{k: v for k, v in given.items() if k in Layout.model_fields})
+        return lay, training.with_changes(
+            **{k: v for k, v in given.items() if k in Training.model_fields}
+        )
+
+    def runs(zero: int) -> bool:
+        """Whether the stack runs ZeRO stage ``zero`` with this layout (DeepSpeed's pipeline
+        engine does not run stages 2 and 3)."""
+        return (
+            stack is None or stack_violation(stack, *apply_stack(stack, model, *at(zero))) is None
+        )
+
+    if "zero" in unknown:  # the highest stage the stack runs here
+        stages = sorted(_choices("zero", stack, model, layout, training), reverse=True)
+        picked["zero"] = next(filter(runs, stages), stages[0])
+    return (*at(), picked)
 
 
 def _stated_violation(

@@ -334,3 +334,8 @@ def test_the_lightest_setting_is_the_least_memory() -> None:
     light = planner.simulate(moe, CLUSTER, lay, trl, PROFILE, stack=stack).peak_memory_gib
     t = tuned_prediction(moe, CLUSTER, layout, tr, PROFILE, knobs, stack)
     assert light <= t.report.peak_memory_gib
+    # the highest stage the stack runs with the layout: DeepSpeed's pipeline engine stops at 1
+    deepspeed = planner.load_stack("megatron-deepspeed")
+    assert lightest_setting(MODEL, LAYOUT, TRAIN, ("zero",), deepspeed)[2] == {"zero": 1}
+    flat = planner.Layout(tp=8, dp=8, sequence_parallel=True)
+    assert lightest_setting(MODEL, flat, TRAIN, ("zero",), deepspeed)[2] == {"zero": 3}
