@@ -81,10 +81,33 @@ def dp_with_cp(case: Case | CaseV2) -> int | None:
     return lay.dp // cp if lay.dp % cp == 0 else None
 
 
+def dp_without_ep(case: Case | CaseV2) -> int | None:
+    """The data-parallel size of an MoE case whose stated ``dp`` left out its expert-parallel
+    ranks (tp*pp*cp*dp*ep = num_gpus with ep > 1, where tp*pp*cp*dp falls short: the
+    "expert data parallel" size of DeepSpeed-MoE's terms, ranks that run the non-expert
+    layers data parallel too, as EP is carved out of DP in Megatron-Core and schema 1):
+    dp x ep; else None (as stated, or the world-size error names the mismatch)."""
+    lay = case.layout
+    ep, cp = lay.ep or 1, lay.cp or 1
+    if lay.dp is None or ep <= 1 or case.model.moe is None:
+        return None
+    copy = lay.tp * lay.pp * cp * lay.dp
+    return lay.dp * ep if copy != case.num_gpus and copy * ep == case.num_gpus else None
+
+
 def _stated(case: Case | CaseV2, notes: list[str]) -> tuple[Layout, Training]:
     """The case's stated layout and training; a null dp (and a null cp beside a stated dp)
-    implied by the job's size, a dp that counted the CP ranks divided by them, each noted."""
+    implied by the job's size, a dp that counted the CP ranks divided by them, a dp that left
+    the EP ranks out multiplied by them, each noted."""
     stated = case.layout.model_dump(exclude_none=True)
+    dp = dp_without_ep(case)
+    if dp is not None:  # the stated dp left the EP ranks out (before cp is implied from it)
+        stated["dp"] = dp
+        notes.append(
+            f"layout.dp {case.layout.dp} leaves out the expert-parallel ranks (tp*pp*cp*dp*ep "
+            f"= num_gpus with ep {case.layout.ep}): costed as dp {dp}, EP carved out of it"
+        )
+        return Layout(**stated), Training(**case.training.model_dump(exclude_none=True))
     dp = dp_with_cp(case)
     if dp is not None:  # the stated dp counted the CP ranks
         stated["dp"] = dp
@@ -352,6 +375,7 @@ __all__ = [
     "CaseInputs",
     "case_inputs",
     "dp_with_cp",
+    "dp_without_ep",
     "implied_cp",
     "v1_replicated_kv",
     "v1_zero3_stack",

@@ -1179,6 +1179,32 @@ def test_a_stated_dp_that_counted_the_context_parallel_ranks_is_read_as_dp_x_cp(
     assert row["status"] == "error" and row["reason"].startswith("layout:"), row["reason"]
 
 
+def test_a_stated_dp_that_left_out_the_expert_parallel_ranks_is_read_as_dp_x_ep() -> None:
+    """An MoE case with tp*pp*cp*dp*ep = num_gpus where tp*pp*cp*dp falls short: the dp
+    written is the expert-data-parallel size; the row costs as dp x ep (EP carved out of DP),
+    says so, and predicts as the case that states dp x ep. A dense model, or a product that
+    fits neither way, stays the world-size error."""
+    given = _v1(
+        "mixtral-8x7b",
+        num_gpus=64,
+        layout={"tp": 1, "pp": 1, "dp": 64, "ep": 8},
+        training={"seq_len": 4096, "global_batch": 512, "recompute": "selective"},
+    )
+    short = copy.deepcopy(given)
+    short["layout"]["dp"] = 8
+    row, ref = (run_case(c, planner.default_profile, 1) for c in (short, given))
+    assert row["status"] == ref["status"] == "ok", row["reason"]
+    assert "layout.dp 8 leaves out the expert-parallel ranks" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == ref["predicted_tokens_per_s_per_gpu"]
+    odd = copy.deepcopy(short)
+    odd["layout"].update(dp=4, cp=1)
+    row = run_case(odd, planner.default_profile, 1)
+    assert row["status"] == "error" and row["reason"].startswith("layout:"), row["reason"]
+    dense = _v1("llama3.1-8b", num_gpus=64, layout={"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 8})
+    row = run_case(dense, planner.default_profile, 1)
+    assert row["status"] == "error", row["reason"]
+
+
 def test_an_unstated_zero_stage_that_only_zero_3_fits_is_costed_at_the_names_zero_3_code_base():
     """Megatron-LM on A100s, data parallel only, ZeRO stage null: the framework table picks the
     2021 code base (nothing is stated that dates it later), which cannot shard a 175B model;
