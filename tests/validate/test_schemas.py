@@ -1167,14 +1167,24 @@ def test_a_stated_dp_that_counted_the_context_parallel_ranks_is_read_as_dp_x_cp(
     the world-size error."""
     given = _v1("llama3.1-8b", num_gpus=16, layout={"tp": 2, "pp": 1, "dp": 4, "cp": 2})
     given["training"]["seq_len"] = 32768
-    counted = copy.deepcopy(given)
-    counted["layout"]["dp"] = 8
-    row, ref = (run_case(c, planner.default_profile, 1) for c in (counted, given))
+    _assert_dp_read_as_stated(given, 8, "layout.dp 8 counts the context-parallel ranks")
+    _assert_world_size_error(given, dp=8, cp=3)
+
+
+def _assert_dp_read_as_stated(given: dict, written: int, note: str) -> None:
+    """``given`` with its dp written as ``written`` predicts as ``given``, and says ``note``."""
+    rewritten = copy.deepcopy(given)
+    rewritten["layout"]["dp"] = written
+    row, ref = (run_case(c, planner.default_profile, 1) for c in (rewritten, given))
     assert row["status"] == ref["status"] == "ok", row["reason"]
-    assert "layout.dp 8 counts the context-parallel ranks" in row["reason"]
+    assert note in row["reason"]
     assert row["predicted_tokens_per_s_per_gpu"] == ref["predicted_tokens_per_s_per_gpu"]
+
+
+def _assert_world_size_error(given: dict, **layout: int) -> None:
+    """``given`` with ``layout`` changed is the world-size error (no reading fits it)."""
     odd = copy.deepcopy(given)
-    odd["layout"].update(dp=8, cp=3)
+    odd["layout"].update(layout)
     row = run_case(odd, planner.default_profile, 1)
     assert row["status"] == "error" and row["reason"].startswith("layout:"), row["reason"]
 
@@ -1190,19 +1200,10 @@ def test_a_stated_dp_that_left_out_the_expert_parallel_ranks_is_read_as_dp_x_ep(
         layout={"tp": 1, "pp": 1, "dp": 64, "ep": 8},
         training={"seq_len": 4096, "global_batch": 512, "recompute": "selective"},
     )
-    short = copy.deepcopy(given)
-    short["layout"]["dp"] = 8
-    row, ref = (run_case(c, planner.default_profile, 1) for c in (short, given))
-    assert row["status"] == ref["status"] == "ok", row["reason"]
-    assert "layout.dp 8 leaves out the expert-parallel ranks" in row["reason"]
-    assert row["predicted_tokens_per_s_per_gpu"] == ref["predicted_tokens_per_s_per_gpu"]
-    odd = copy.deepcopy(short)
-    odd["layout"].update(dp=4, cp=1)
-    row = run_case(odd, planner.default_profile, 1)
-    assert row["status"] == "error" and row["reason"].startswith("layout:"), row["reason"]
-    dense = _v1("llama3.1-8b", num_gpus=64, layout={"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 8})
-    row = run_case(dense, planner.default_profile, 1)
-    assert row["status"] == "error", row["reason"]
+    _assert_dp_read_as_stated(given, 8, "layout.dp 8 leaves out the expert-parallel ranks")
+    _assert_world_size_error(given, dp=4, cp=1)
+    dense = _v1("llama3.1-8b", num_gpus=64, layout={"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1})
+    _assert_world_size_error(dense, dp=8, ep=8)
 
 
 def test_an_unstated_zero_stage_that_only_zero_3_fits_is_costed_at_the_names_zero_3_code_base():
