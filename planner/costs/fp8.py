@@ -61,8 +61,11 @@ class Recipe:
 
 
 _MX = 2.0 + 1.0 + 1.0 + 2.0 / 32.0
-# blockwise: one kernel quantises each 1 x 128 tile to both layouts with an fp32 scale per tile
-_BLOCK = 2.0 + 1.0 + 1.0 + 2.0 * 4.0 / 128.0
+# bytes per value of an FP8 tensor in 1 x 128 tiles with an fp32 scale each (DeepSeek-V3's
+# activation tiles; also what its FP8 MoE dispatch sends, planner/simulate/layers.py)
+TILE_BYTES = 1.0 + 4.0 / 128.0
+# blockwise: one kernel reads bf16 and writes both layouts as 1 x 128 tiles
+_BLOCK = 2.0 + 2.0 * TILE_BYTES
 # Transformer Engine casts a weight on the first micro-batch of the step and reuses the fp8 copy
 # for the others (Megatron passes is_first_microbatch to TE's linear layers): per micro-batch
 # the weight cast is ~0 (one cast per step, a fraction 1 / micro-batches of what is counted)

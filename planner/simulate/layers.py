@@ -307,9 +307,9 @@ def _ep_s(
     tokens = flops.tokens_per_gpu(layout, training)
     seq_split = layout.tp if layout.sequence_parallel else 1
     token_bytes = tokens / seq_split * model.hidden
-    # dispatch and combine; FP8 dispatch sends a byte and a 1 x 128 tile's fp32 scale per value
-    fp8 = training.fp8_dispatch and training.precision == "fp8"
-    dispatch_bytes = 1.0 + 4.0 / 128.0 if fp8 else training.act_bytes
+    # dispatch and combine; FP8 dispatch sends 1 x 128 tiles with their scales
+    fp8_tiles = training.fp8_dispatch and training.precision == "fp8"
+    dispatch_bytes = fp8.TILE_BYTES if fp8_tiles else training.act_bytes
     remote = _remote_domains(model.moe, training, groups.ep)
     one_way = (
         _dispatch_s(token_bytes * b, model.moe.top_k, remote, groups.ep, fabric)

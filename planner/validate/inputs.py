@@ -96,28 +96,35 @@ def dp_without_ep(case: Case | CaseV2) -> int | None:
 
 
 def _stated(case: Case | CaseV2, notes: list[str]) -> tuple[Layout, Training]:
-    """The case's stated layout and training; a null dp (and a null cp beside a stated dp)
-    implied by the job's size, a dp that counted the CP ranks divided by them, a dp that left
-    the EP ranks out multiplied by them, each noted."""
-    stated = case.layout.model_dump(exclude_none=True)
+    """The case's stated layout and training, with dp and cp as the job's size reads them
+    (:func:`_sized`)."""
+    layout = Layout(**case.layout.model_dump(exclude_none=True) | _sized(case, notes))
+    return layout, Training(**case.training.model_dump(exclude_none=True))
+
+
+def _sized(case: Case | CaseV2, notes: list[str]) -> dict[str, int]:
+    """The dp and cp that tp*pp*cp*dp = num_gpus gives where the case states them otherwise,
+    each noted: a dp that left the EP ranks out multiplied by them (then cp is as stated:
+    the factor left over is EP, not CP), else a dp that counted the CP ranks divided by them,
+    a null cp beside a stated dp, and a null dp, implied by the job's size."""
     dp = dp_without_ep(case)
-    if dp is not None:  # the stated dp left the EP ranks out (before cp is implied from it)
-        stated["dp"] = dp
+    if dp is not None:
         notes.append(
             f"layout.dp {case.layout.dp} leaves out the expert-parallel ranks (tp*pp*cp*dp*ep "
             f"= num_gpus with ep {case.layout.ep}): costed as dp {dp}, EP carved out of it"
         )
-        return Layout(**stated), Training(**case.training.model_dump(exclude_none=True))
+        return {"dp": dp}
+    sized: dict[str, int] = {}
     dp = dp_with_cp(case)
     if dp is not None:  # the stated dp counted the CP ranks
-        stated["dp"] = dp
+        sized["dp"] = dp
         notes.append(
             f"layout.dp {case.layout.dp} counts the context-parallel ranks (tp*pp*dp = "
             f"num_gpus with cp {case.layout.cp}): costed as dp {dp} x cp {case.layout.cp}"
         )
     cp = implied_cp(case)
     if cp is not None:  # implied by the job's size, as dp is below
-        stated["cp"] = cp
+        sized["cp"] = cp
         notes.append(
             f"layout.cp not stated: {cp}, the GPUs tp*pp*dp = "
             f"{case.layout.tp * case.layout.pp * (case.layout.dp or 1)} leave of num_gpus"
@@ -131,10 +138,8 @@ def _stated(case: Case | CaseV2, notes: list[str]) -> tuple[Layout, Training]:
                 f"{copy}",
                 "a dp with tp*cp*dp*pp = num_gpus",
             )
-        stated["dp"] = case.num_gpus // copy
-    layout = Layout(**stated)
-    training = Training(**case.training.model_dump(exclude_none=True))
-    return layout, training
+        sized["dp"] = case.num_gpus // copy
+    return sized
 
 
 # The model keys a schema 1 case states (shared/validation/README.md): the rest of a ModelSpec
