@@ -306,7 +306,11 @@ def validation_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
     """Predicted vs measured tokens/s per GPU (log axes), one colour per source, y = x and
     +-20 % lines."""
     fig = go.Figure()
-    ok = [c for c in cases if c.get("predicted_tokens_per_s_per_gpu")]
+    ok = [
+        c
+        for c in cases
+        if c.get("predicted_tokens_per_s_per_gpu") and c.get("error_pct") is not None
+    ]
     by_source: dict[str, list[dict[str, Any]]] = {}
     for c in ok:
         by_source.setdefault(str(c.get("source", "?")), []).append(c)

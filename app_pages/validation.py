@@ -83,7 +83,11 @@ def per_source(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups[str(case.get("source", "?"))].append(case)
     rows = []
     for source, group in groups.items():
-        ok = [x for x in group if x["status"] == "ok" and x.get("scored", True)]
+        ok = [
+            x
+            for x in group
+            if x["status"] == "ok" and x.get("scored", True) and x.get("error_pct") is not None
+        ]
         err = np.array([x["error_pct"] for x in ok], dtype=float)
         rows.append(
             {

@@ -105,7 +105,7 @@ def _a_case() -> dict:
     ("mutate", "field"),
     [
         (lambda c: c.pop("model"), "model"),
-        (lambda c: c["layout"].update(bogus=1), "layout.bogus"),
+        (lambda c: c["layout"].update(zero=5), "layout.zero"),
         (lambda c: c["layout"].update(tp=3), "layout.tp"),
         (lambda c: c.update(num_gpus=7), "num_gpus"),
         (lambda c: c.update(cluster="no-such-cluster"), "cluster"),

@@ -29,7 +29,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="schema 1: a framework outside the framework table (planner list frameworks) is "
         "the case's error (default: costed under the default stack, or PyTorch FSDP2 "
-        "(torchtitan-eager) where the case states ZeRO stage 2 or 3, and the row says so)",
+        "(torchtitan-eager) where the case states ZeRO stage 2 or 3, and the row says so), "
+        "and so is a field outside the schema or a measured figure written as text (default: "
+        "read as the field it names or left out, docs/validation-schema.md)",
     )
     p.add_argument(
         "--profile",

@@ -105,7 +105,12 @@ def render_validation(console: Console, result: dict[str, Any]) -> None:
 def range_coverage(cases: list[dict[str, Any]]) -> tuple[int, int]:
     """(cases with a predicted range over unstated knobs or code bases, those whose measured
     value is in it)."""
-    ranged = [c for c in cases if c.get("predicted_range_tokens_per_s_per_gpu")]
+    ranged = [
+        c
+        for c in cases
+        if c.get("predicted_range_tokens_per_s_per_gpu")
+        and c.get("measured_tokens_per_s_per_gpu") is not None
+    ]
     inside = sum(
         1
         for c in ranged

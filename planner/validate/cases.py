@@ -18,7 +18,7 @@ from pydantic_core import PydanticUndefined
 
 from planner.specs.base import MAX_GPUS, MAX_POWER_W, Spec
 from planner.specs.layout import Layout, Training
-from planner.specs.model import ModelSpec
+from planner.specs.model import ModelSpec, MoESpec
 
 SCHEMAS = (1, 2)
 Knob = Literal["micro_batch", "vpp", "recompute", "zero", "ep"]
@@ -57,9 +57,12 @@ CaseTraining = case_section(
 
 
 class CaseMeasured(Spec):
-    """What the source measured (schema 1)."""
+    """What the source measured (schema 1). A case without a tokens/s figure (only a peak, or
+    nothing measured) is simulated and shown, never scored."""
 
-    tokens_per_s_per_gpu: float = Field(ge=0.001, le=1e9, description="tokens/s per GPU")
+    tokens_per_s_per_gpu: float | None = Field(
+        default=None, ge=0.001, le=1e9, description="tokens/s per GPU; None: not measured"
+    )
     mfu_pct: float | None = Field(default=None, ge=0, le=1000, description="%, as published")
     peak_memory_gib: float | None = Field(default=None, gt=0, le=16_384, description="GiB")
 
@@ -85,15 +88,21 @@ class CaseMeasuredV2(CaseMeasured):
 # the model fields a case may leave null that have a default of their own: null reads as "not
 # stated", so the default applies (tied_embeddings: untied; position table, MTP: none). Not the
 # activation: its default (GeLU) would silently misprice a GLU model's MLP
-_NULL_IS_DEFAULT = {
-    name
-    for name, info in ModelSpec.model_fields.items()
-    if not info.is_required() and info.default is not None and name != "activation"
-}
+def _defaulted(spec: type[Spec], but: tuple[str, ...] = ()) -> frozenset[str]:
+    return frozenset(
+        name
+        for name, info in spec.model_fields.items()
+        if not info.is_required() and info.default is not None and name not in but
+    )
+
+
+NULL_IS_DEFAULT = _defaulted(ModelSpec, but=("activation",))
+# and in model.moe: no shared experts, no leading dense layers, every layer MoE, ...
+MOE_NULL_IS_DEFAULT = _defaulted(MoESpec)
 
 
 # the case fields whose values are lower-case words: a value written in another case
-# ("BF16", "Full", "SwiGLU", "DGX-H100") names the same one (the cluster with "_" as "-")
+# ("BF16", "Full", "SwiGLU", "DGX-H100") names the same one (the cluster with "_" or spaces as "-")
 _WORDS = (
     (None, "quality"),
     (None, "cluster"),
@@ -157,7 +166,7 @@ def _lower_case_words(data: dict[str, Any]) -> dict[str, Any]:
         word = holder[name].strip().lower()
         extra: dict[str, str] = {}
         if name == "cluster":
-            word = word.replace("_", "-")
+            word = "-".join(word.replace("_", " ").split())  # "DGX H100", "dgx_h100"
         elif (section, name) in _ALIASES:
             aliases = _ALIASES[(section, name)]
             word, extra = aliases.get(word.replace("_", "-"), (word, {}))
@@ -169,10 +178,14 @@ def _lower_case_words(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# the case fields that do not reach the simulation: null reads as not stated
+_NULL_IS_UNSTATED = ("scored", "notes", "source", "quality", "measured")
+
+
 class _CaseBase(Spec):
     id: str = Field(min_length=1, max_length=200)
-    source: str = Field(max_length=10_000)
-    quality: Literal["verified_primary", "verified_secondary", "partial"]
+    source: str = Field(default="", max_length=10_000)
+    quality: Literal["verified_primary", "verified_secondary", "partial"] | None = None
     scored: bool = True
     model: ModelSpec
     cluster: str = Field(min_length=1, max_length=1000)
@@ -184,17 +197,23 @@ class _CaseBase(Spec):
     @model_validator(mode="before")
     @classmethod
     def _nulls_not_stated(cls, data: Any) -> Any:
-        """A null ``scored`` or ``notes``, or a null model field that has a default, is not
-        stated: the default applies (an error otherwise, for a null the field cannot hold)."""
+        """A null ``scored``, ``notes``, ``source``, ``quality`` or ``measured``, or a null
+        model (or model.moe) field that has a default, is not stated: the default applies (an
+        error otherwise, for a null the field cannot hold)."""
         if not isinstance(data, dict):
             return data
-        out = {k: v for k, v in data.items() if not (v is None and k in ("scored", "notes"))}
+        out = {k: v for k, v in data.items() if not (v is None and k in _NULL_IS_UNSTATED)}
         out = _lower_case_words(out)
         model = out.get("model")
         if isinstance(model, dict):
-            out["model"] = {
-                k: v for k, v in model.items() if not (v is None and k in _NULL_IS_DEFAULT)
-            }
+            model = {k: v for k, v in model.items() if not (v is None and k in NULL_IS_DEFAULT)}
+            if isinstance(model.get("moe"), dict):
+                model["moe"] = {
+                    k: v
+                    for k, v in model["moe"].items()
+                    if not (v is None and k in MOE_NULL_IS_DEFAULT)
+                }
+            out["model"] = model
         return out
 
 
@@ -203,7 +222,7 @@ class Case(_CaseBase):
     :data:`planner.validate.frameworks.FRAMEWORK_STACKS`."""
 
     framework: str | None = Field(default="", max_length=1000)
-    measured: CaseMeasured
+    measured: CaseMeasured = Field(default_factory=CaseMeasured)
 
 
 class CaseV2(_CaseBase):
@@ -213,7 +232,7 @@ class CaseV2(_CaseBase):
     unstated: tuple[Knob, ...] = Field(
         default=(), max_length=5, description="knobs the source does not state"
     )
-    measured: CaseMeasuredV2
+    measured: CaseMeasuredV2 = Field(default_factory=CaseMeasuredV2)
     power_limit_w: float | None = Field(
         default=None,
         gt=0,
@@ -236,6 +255,8 @@ class CaseV2(_CaseBase):
 
 
 __all__ = [
+    "MOE_NULL_IS_DEFAULT",
+    "NULL_IS_DEFAULT",
     "SCHEMAS",
     "Case",
     "CaseLayout",

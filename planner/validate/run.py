@@ -29,6 +29,7 @@ from planner.validate.cases import Case, CaseV2
 from planner.validate.fallbacks import fitting, with_fallback
 from planner.validate.files import case_file, case_id, check_case_list, read_case_file
 from planner.validate.inputs import CaseInputs, case_inputs, v1_zero3_stack
+from planner.validate.leniency import forgive
 from planner.validate.summary import summarize
 
 
@@ -59,16 +60,21 @@ def parse_case(raw: Any, schema: int = 1) -> Case | CaseV2:
 
 def run_case(raw: Any, profile_for: Any, schema: int = 1, strict: bool = False) -> dict:
     """Simulate one raw case mapping; never raises: any failure is this case's error row.
-    ``strict``: a schema 1 framework outside the framework table is an error."""
+    ``strict``: a schema 1 framework outside the framework table is an error, and so is what
+    :func:`planner.validate.leniency.forgive` would read (a field outside the schema)."""
     out = _empty_row(case_id(raw))
     try:
+        raw, read = forgive(raw) if schema == 1 and not strict else (raw, [])
         case = parse_case(raw, schema)
         out["measured_tokens_per_s_per_gpu"] = case.measured.tokens_per_s_per_gpu
         out["measured_peak_memory_gib"] = case.measured.peak_memory_gib
-        out["scored"] = case.scored
+        out["scored"] = case.scored and case.measured.tokens_per_s_per_gpu is not None
         out["cluster"] = case.cluster
         out["source"] = case.source.split(",")[0]
         inputs = case_inputs(case, strict)
+        if case.measured.tokens_per_s_per_gpu is None:
+            read.append("measured.tokens_per_s_per_gpu not stated: simulated, not scored")
+        inputs.notes[:0] = read
         out["stack"] = inputs.stack.name
         return _simulate_case(out, case, inputs, profile_for(inputs.cluster))
     except PlannerError as exc:
@@ -277,10 +283,16 @@ def _widen(
     lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or [rep.tokens_per_s_per_gpu] * 2
     for rates in filter(None, found):
         lo, hi = min(lo, rates[0]), max(hi, rates[1])
-    meas = case.measured.tokens_per_s_per_gpu
     out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
-    out["in_range"] = bool(lo <= meas <= hi)
+    _mark_in_range(out, case, lo, hi)
     return lo, hi
+
+
+def _mark_in_range(out: dict, case: Case | CaseV2, lo: float, hi: float) -> None:
+    """Whether the measurement lies in [lo, hi] tokens/s/GPU (nothing without one)."""
+    meas = case.measured.tokens_per_s_per_gpu
+    if meas is not None:
+        out["in_range"] = bool(lo <= meas <= hi)
 
 
 def _stated_report(i: CaseInputs, profile: Any, stack: Any) -> Any:
@@ -328,8 +340,7 @@ def _record_tuned(out: dict, case: Case | CaseV2, tuned: Any, notes: list[str]) 
         )
     else:
         out["predicted_range_tokens_per_s_per_gpu"] = [round(lo, 2), round(hi, 2)]
-        meas = case.measured.tokens_per_s_per_gpu
-        out["in_range"] = bool(lo <= meas <= hi)
+        _mark_in_range(out, case, lo, hi)
         notes.append(
             f"not stated, tuned: {picked}, the fastest of {tuned.settings} settings "
             f"that fit ({lo:,.0f}-{hi:,.0f} tokens/s/GPU){_searched(tuned)}"
@@ -350,7 +361,7 @@ def _case_result(
             "status": "ok" if rep.fits else "infeasible",
             "reason": "; ".join(notes + rep.feasibility),
             "predicted_tokens_per_s_per_gpu": round(pred, 2),
-            "error_pct": round((pred - meas) / meas * 100.0, 2),
+            "error_pct": None if meas is None else round((pred - meas) / meas * 100.0, 2),
             "predicted_mfu_pct": round(rep.mfu_pct, 2),
             "predicted_mfu_training_precision_pct": (
                 None
@@ -365,7 +376,8 @@ def _case_result(
     lo, hi = out.get("predicted_range_tokens_per_s_per_gpu") or (pred, pred)
     band = error_band(moe).interval(lo, hi)
     out["predicted_band_tokens_per_s_per_gpu"] = [round(band[0], 2), round(band[1], 2)]
-    out["in_band"] = bool(band[0] <= meas <= band[1])
+    if meas is not None:
+        out["in_band"] = bool(band[0] <= meas <= band[1])
     return out
 
 

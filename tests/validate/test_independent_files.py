@@ -41,6 +41,15 @@ def test_every_independent_case_is_schema_2_and_builds(path: Path):
         inputs = case_inputs(parse_case(raw, schema))
         assert inputs.layout.world_size == raw["num_gpus"]
         assert raw["measured"]["tokens_per_s_per_gpu"] > 0
+        # the schema lets a case leave these out (they do not reach the simulation); the
+        # independent set names where every figure was read, and how sure that reading is
+        assert raw.get("source", "").strip() and raw.get("quality"), raw["id"]
+
+
+@pytest.mark.parametrize("shipped", ["public", "heldout_moe"])
+def test_every_shipped_case_names_its_source_and_quality(shipped: str):
+    for raw in read_case_file(shipped)[1]:
+        assert raw.get("source", "").strip() and raw.get("quality"), raw["id"]
 
 
 def test_vtrain_rows_state_what_vtrain_published():

@@ -1083,6 +1083,19 @@ def test_schema_1_reads_an_interleaving_depth_without_a_pipeline_as_none() -> No
     assert run_case(raw2, planner.default_profile, 2)["status"] == "error"
 
 
+def test_schema_1_reads_an_expert_parallel_size_without_experts_as_1() -> None:
+    raw = _v1(layout={"tp": 1, "pp": 1, "dp": 8, "zero": 1, "ep": 4})
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and "layout.ep 4 for a model without experts" in row["reason"]
+    raw["layout"]["ep"] = 1
+    assert (
+        run_case(raw, planner.default_profile, 1)["predicted_tokens_per_s_per_gpu"]
+        == (row["predicted_tokens_per_s_per_gpu"])
+    )
+    raw2 = _v2(layout={"tp": 1, "pp": 1, "dp": 8, "zero": 1, "ep": 4})
+    assert run_case(raw2, planner.default_profile, 2)["status"] == "error"
+
+
 def test_a_null_that_has_a_default_is_not_stated() -> None:
     """tied_embeddings, scored or notes left null take their defaults (untied, scored, no
     notes); a null activation stays an error naming the field (GeLU would misprice a GLU)."""
@@ -1143,6 +1156,7 @@ def test_an_unstated_context_parallel_size_is_implied_by_a_stated_dp() -> None:
     ("section", "field", "written"),
     [
         (None, "cluster", "DGX_H100"),
+        (None, "cluster", "DGX H100"),
         (None, "quality", "Partial"),
         ("model", "activation", "SwiGLU"),
         ("training", "precision", " BF16"),

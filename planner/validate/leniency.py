@@ -1,0 +1,271 @@
+"""What reading a schema 1 case forgives, and says it did.
+
+Schema 1 (``shared/validation/README.md``) is written by hand from papers and tables, so a
+case may carry a figure the schema has no field for (``measured.step_time_s``, ``date``,
+``training.optimizer``), a field in another spelling (``Micro_Batch``, ``kv_head``) or a
+measured figure as the table printed it (``"12,345"``, ``"41 %"``). None of these stops the
+case:
+
+- a key that differs from an unstated field only in case, ``-`` or a space for ``_``, that is
+  the field's name in Megatron-LM's arguments or a Hugging Face config (:data:`_SYNONYMS`:
+  ``micro_batch_size``, ``num_key_value_heads``), or a slip of a letter or two (:data:`CLOSE`)
+  is read as that field; any other unknown key is left out;
+- a null model field that has a default (tied embeddings, the MoE block's shared experts,
+  leading dense layers, layer frequency) takes the shipped model's value where the case's
+  model has a shipped namesake, else the default;
+- an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
+  expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
+- a measured figure written with thousands separators or a percent sign is read as its number;
+  one that still is no number is left out, except the scored tokens/s, which stays the
+  field's error.
+
+The case's row names each (:func:`forgive`), so nothing is dropped silently. Schema 2 is the
+project's own format and refuses all of them (``docs/validation-schema.md``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from typing import Any
+
+from planner.resources import MODELS_DIR
+from planner.specs.base import Spec
+from planner.specs.loading import load_model, shipped_ids
+from planner.specs.model import MLASpec, ModelSpec, MoESpec
+from planner.validate.cases import (
+    MOE_NULL_IS_DEFAULT,
+    NULL_IS_DEFAULT,
+    Case,
+    CaseLayout,
+    CaseMeasured,
+    CaseTraining,
+)
+
+# difflib's similarity ratio at or above which an unknown key is read as the field it nearly
+# names ("kv_head" -> "kv_heads" 0.93, "micro_bach" -> "micro_batch" 0.95, "head" -> "heads"
+# 0.89); below it ("micro_batch_size" -> "micro_batch" 0.81, "seq" -> "seq_len" 0.6) the key is
+# left out and named
+CLOSE = 0.85
+# the most phrases a row's note lists one by one (the rest are counted)
+NAMED = 6
+# the figure a case is scored on: text that is no number stays its error
+SCORED = "tokens_per_s_per_gpu"
+
+# each section of a schema 1 case: (path in the case, its spec)
+_SECTIONS: tuple[tuple[tuple[str, ...], type[Spec]], ...] = (
+    ((), Case),
+    (("model",), ModelSpec),
+    (("model", "moe"), MoESpec),
+    (("model", "mla"), MLASpec),
+    (("layout",), CaseLayout),
+    (("training",), CaseTraining),
+    (("measured",), CaseMeasured),
+)
+# the names Megatron-LM's arguments (megatron/training/arguments.py, "-" as "_") and Hugging
+# Face configs (LlamaConfig, MixtralConfig, Qwen3MoeConfig, DeepseekV3Config) give a schema 1
+# field, per section: read as that field. Left out on purpose: names whose meaning differs
+# (--num-layers-per-virtual-pipeline-stage counts layers, not stages; Megatron's
+# --moe-shared-expert-intermediate-size is all shared experts together; --untie-... inverts)
+_SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
+    ("model",): {
+        "num_layers": "layers",
+        "num_hidden_layers": "layers",
+        "n_layers": "layers",
+        "hidden_size": "hidden",
+        "d_model": "hidden",
+        "ffn_hidden_size": "ffn_hidden",
+        "intermediate_size": "ffn_hidden",
+        "num_attention_heads": "heads",
+        "n_heads": "heads",
+        "num_query_groups": "kv_heads",
+        "num_key_value_heads": "kv_heads",
+        "n_kv_heads": "kv_heads",
+        "kv_channels": "head_dim",
+        "vocab_size": "vocab",
+        "padded_vocab_size": "vocab",
+        "tie_word_embeddings": "tied_embeddings",
+    },
+    ("model", "moe"): {
+        "num_experts": "experts",
+        "num_local_experts": "experts",
+        "n_routed_experts": "experts",
+        "moe_router_topk": "top_k",
+        "num_experts_per_tok": "top_k",
+        "moe_ffn_hidden_size": "expert_ffn_hidden",
+        "moe_intermediate_size": "expert_ffn_hidden",
+        "n_shared_experts": "shared_experts",
+        "first_k_dense_replace": "dense_layers",
+        "moe_layer_freq": "layer_freq",
+    },
+    ("layout",): {
+        "tensor_model_parallel_size": "tp",
+        "tensor_parallel_size": "tp",
+        "pipeline_model_parallel_size": "pp",
+        "pipeline_parallel_size": "pp",
+        "data_parallel_size": "dp",
+        "context_parallel_size": "cp",
+        "expert_model_parallel_size": "ep",
+        "expert_parallel_size": "ep",
+        "virtual_pipeline_model_parallel_size": "vpp",
+        "zero_stage": "zero",
+    },
+    ("training",): {
+        "seq_length": "seq_len",
+        "sequence_length": "seq_len",
+        "max_seq_len": "seq_len",
+        "micro_batch_size": "micro_batch",
+        "global_batch_size": "global_batch",
+        "recompute_granularity": "recompute",
+    },
+}
+# a number as tables print it: 12,345.6 (thousands separated by commas), 41.2 %, 1_000
+_GROUPED = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
+_PLAIN = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _normal(key: str) -> str:
+    return key.strip().lower().replace("-", "_").replace(" ", "_")
+
+
+def _match(key: str, free: list[str], synonyms: dict[str, str]) -> str | None:
+    """The unstated field ``key`` names, if any (the same word, a synonym, else one within
+    CLOSE)."""
+    word = _normal(key)
+    word = synonyms.get(word.lstrip("_"), word)
+    if word in free:
+        return word
+    close = difflib.get_close_matches(word, free, n=1, cutoff=CLOSE)
+    return close[0] if close else None
+
+
+def _section(
+    data: dict[Any, Any], spec: type[Spec], path: tuple[str, ...]
+) -> tuple[dict, list[str]]:
+    """A copy of ``data`` with its unknown keys read as the fields they name or left out;
+    what was done, one phrase per key."""
+    fields, where = set(spec.model_fields), "".join(f"{p}." for p in path)
+    out = {k: v for k, v in data.items() if isinstance(k, str) and k in fields}
+    done: list[str] = []
+    for key, value in data.items():
+        if isinstance(key, str) and key in fields:
+            continue
+        shown = f"{where}{' '.join(str(key).split())[:60]}"
+        free = sorted(fields - set(out))
+        named = _match(key, free, _SYNONYMS.get(path, {})) if isinstance(key, str) else None
+        if named is None:
+            done.append(f"{shown} left out")
+        else:
+            out[named] = value
+            done.append(f"{shown} read as {where}{named}")
+    return out, done
+
+
+def _number(text: str) -> float | None:
+    """``text`` as a finite number where it is one as printed (12,345.6 / 41.2 % / 1_000),
+    else None."""
+    word = text.strip().removesuffix("%").strip().replace("_", "")
+    if _GROUPED.match(word):
+        word = word.replace(",", "")
+    number = float(word) if _PLAIN.match(word) else math.inf
+    return number if math.isfinite(number) else None
+
+
+def _figures(measured: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``measured`` with each figure written as text read as its number, or left out (the
+    scored one stays for the schema to refuse); what was done."""
+    out, done = dict(measured), []
+    for key, value in measured.items():
+        if not isinstance(value, str):
+            continue
+        number = _number(value)
+        if number is not None:
+            out[key] = number
+            done.append(f"measured.{key} {value.strip()[:30]!r} read as {number:g}")
+        elif key != SCORED:
+            del out[key]
+            done.append(f"measured.{key} {value.strip()[:30]!r} left out (no number)")
+    return out, done
+
+
+def _null_values(model: dict[str, Any]) -> list[str]:
+    """Fill in ``model`` (and its ``moe``) each null that has a default (:data:`NULL_IS_DEFAULT`,
+    :data:`MOE_NULL_IS_DEFAULT`): the shipped model of the case's name gives it where there is
+    one (DeepSeek-V3's one shared expert and three dense layers, not none), else the default;
+    what was filled, one phrase per field."""
+    name = model.get("name")
+    shipped = (
+        load_model(name) if isinstance(name, str) and name in shipped_ids(MODELS_DIR) else None
+    )
+    done: list[str] = []
+    blocks = [("model.", model, ModelSpec, NULL_IS_DEFAULT, shipped)]
+    if isinstance(model.get("moe"), dict):
+        model["moe"] = dict(model["moe"])
+        blocks.append(
+            ("model.moe.", model["moe"], MoESpec, MOE_NULL_IS_DEFAULT, shipped and shipped.moe)
+        )
+    for where, block, spec, defaulted, namesake in blocks:
+        for key in sorted(k for k in defaulted if k in block and block[k] is None):
+            if namesake is not None:
+                block[key] = getattr(namesake, key)
+                done.append(f"{where}{key} null as in the shipped {name!r} ({block[key]})")
+            else:
+                block[key] = spec.model_fields[key].default
+                done.append(f"{where}{key} null as the default ({block[key]})")
+    return done
+
+
+# layout sizes a table prints as 0 for "not used": an interleaving depth read as 1 (not
+# interleaved); a context- or expert-parallel size read as not stated, so the job's size gives
+# the first (planner.validate.inputs.implied_cp: 1 where tp*pp*dp = num_gpus) and a dense
+# model's EP is 1 while an MoE model's is tuned (planner.unknowns; its runs split the experts)
+ZERO_MEANS: dict[str, int | None] = {"vpp": 1, "cp": None, "ep": None}
+
+
+def _unused_sizes(layout: dict[str, Any]) -> list[str]:
+    """Read each size of :data:`ZERO_MEANS` written as 0 (or "0"); what was."""
+    done = []
+    for key, unused in ZERO_MEANS.items():
+        value = layout.get(key)
+        if isinstance(value, bool) or value not in (0, "0"):
+            continue
+        layout[key] = unused
+        done.append(f"layout.{key} 0 read as {'not stated' if unused is None else unused}")
+    return done
+
+
+def forgive(raw: Any) -> tuple[Any, list[str]]:
+    """A raw schema 1 case read as this module's docstring says, and the row's note naming
+    what was read or left out (none when nothing was). The caller's data is not changed; what
+    is not a mapping is returned as it is, for the schema to refuse."""
+    if not isinstance(raw, dict):
+        return raw, []
+    out: dict[Any, Any] = dict(raw)
+    done: list[str] = []
+    for path, spec in _SECTIONS:
+        # sections are read outside in, and each is a fresh dict once read
+        holder: Any = out
+        for name in path[:-1]:
+            holder = holder.get(name) if isinstance(holder, dict) else None
+        if not path:
+            out, phrases = _section(out, spec, path)
+        elif isinstance(holder, dict) and isinstance(holder.get(path[-1]), dict):
+            holder[path[-1]], phrases = _section(holder[path[-1]], spec, path)
+        else:
+            continue
+        done += phrases
+    if isinstance(out.get("model"), dict):
+        done += _null_values(out["model"])
+    if isinstance(out.get("layout"), dict):
+        done += _unused_sizes(out["layout"])
+    if isinstance(out.get("measured"), dict):
+        out["measured"], phrases = _figures(out["measured"])
+        done += phrases
+    if not done:
+        return out, []
+    more = f" and {len(done) - NAMED} more" if len(done) > NAMED else ""
+    return out, [f"not as schema 1 writes it: {', '.join(done[:NAMED])}{more}"]
+
+
+__all__ = ["CLOSE", "NAMED", "SCORED", "ZERO_MEANS", "forgive"]
