@@ -19,7 +19,14 @@ from app_pages import common as c
 from planner.errors import PlannerError
 from planner.render.validation import MFU_NOTE
 from planner.safe_io import MAX_CASES_NODES
-from planner.validate import case_file, check_case_list, run_case, summarize, validate_file
+from planner.validate import (
+    case_file,
+    check_case_list,
+    note_repeated_ids,
+    run_case,
+    summarize,
+    validate_file,
+)
 
 PUBLIC = "Public validation cases"
 HELDOUT = "Held-out MoE rows"
@@ -48,6 +55,7 @@ def uploaded_results(text: str, prof_state: str, _profile_for: Any) -> dict:
         for i, raw in enumerate(data):
             deadline.check(f"{i} of {len(data)} cases done")
             cases.append(_run_uploaded(raw, clusters, _profile_for, schema))
+        note_repeated_ids(data, cases)
     except PlannerError as exc:
         return {"error": c.one_line(exc, markdown=False)}
     return {"cases": cases, "summary": summarize(cases)}

@@ -149,10 +149,19 @@ def test_case_alias_fan_out_is_refused(tmp_path: Path, capsys) -> None:
     assert "at most 2,000 cases" in _one_error_line(capsys, ["validate", str(path)])
 
 
-def test_duplicate_case_ids_are_refused(tmp_path: Path, capsys) -> None:
+def test_duplicate_case_ids_run_each_case_and_say_so_strictly_an_error(
+    tmp_path: Path, capsys
+) -> None:
     path = tmp_path / "dup.yaml"
-    path.write_text(yaml.safe_dump([_a_case(), _a_case()]))
-    err = _one_error_line(capsys, ["validate", str(path)])
+    path.write_text(yaml.safe_dump([_a_case(), _a_case(), {"id": _a_case()["id"]}]))
+    assert main(["validate", str(path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["cases"]
+    assert [r["status"] for r in rows] == ["ok", "ok", "error"]
+    assert "id repeats" not in rows[0]["reason"]
+    assert rows[1]["reason"].startswith("id repeats FILE[0]'s (this is FILE[1]); ")
+    assert rows[2]["reason"].startswith("id repeats FILE[0]'s (this is FILE[2]); ")
+    assert rows[0]["predicted_tokens_per_s_per_gpu"] == rows[1]["predicted_tokens_per_s_per_gpu"]
+    err = _one_error_line(capsys, ["validate", str(path), "--strict"])
     assert "FILE[1].id" in err and "duplicate id" in err
 
 

@@ -33,7 +33,7 @@ under 1 GB), as UTF-8. YAML is checked on its event stream before any object is 
 {MAX_SPEC_NODES:,} nodes in a spec and {MAX_CASES_NODES:,} in a validation file, nesting of at most
 {MAX_DEPTH} levels (JSON too), aliases that expand a document to at most {MAX_EXPANDED_NODES:,}
 nodes and never refer to themselves. A validation file holds at most {MAX_CASES_PER_FILE:,}
-cases with unique ids (no case repeated through an alias).
+cases, none repeated through an alias (a repeated id is said in its row).
 Beyond the per-field ranges: `tp x cp x dp x pp` is at most 1,048,576 GPUs, and a Chrome trace
 holds at most 1,000,000 forward/backward ops.
 

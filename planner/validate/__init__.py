@@ -21,6 +21,7 @@ from planner.validate.inputs import CaseInputs, case_inputs
 from planner.validate.run import (
     case_file,
     check_case_list,
+    note_repeated_ids,
     parse_case,
     read_case_file,
     run_case,
@@ -43,6 +44,7 @@ __all__ = [
     "case_inputs",
     "case_section",
     "check_case_list",
+    "note_repeated_ids",
     "parse_case",
     "read_case_file",
     "run_case",

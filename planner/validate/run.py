@@ -27,7 +27,14 @@ from planner.uncertainty import error_band
 from planner.unknowns import lightest_setting, tuned_prediction
 from planner.validate.cases import Case, CaseV2
 from planner.validate.fallbacks import fitting, with_fallback
-from planner.validate.files import case_file, case_id, check_case_list, read_case_file
+from planner.validate.files import (
+    case_file,
+    case_id,
+    check_case_list,
+    note_repeated_ids,
+    read_case_file,
+    repeated_ids,
+)
 from planner.validate.inputs import CaseInputs, case_inputs, v1_zero3_stack
 from planner.validate.leniency import forgive
 from planner.validate.summary import summarize
@@ -384,8 +391,11 @@ def _case_result(
 def validate_cases(
     schema: int, raw_cases: list[Any], profile_for: Any, strict: bool = False
 ) -> dict:
-    """Rows and summary for raw cases of ``schema``."""
+    """Rows and summary for raw cases of ``schema`` (a repeated id is said in its row;
+    ``strict``: it is the file's error)."""
+    repeated_ids(raw_cases, strict)
     cases = [run_case(raw, profile_for, schema, strict) for raw in raw_cases]
+    note_repeated_ids(raw_cases, cases)
     return {"schema": schema, "cases": cases, "summary": summarize(cases)}
 
 
@@ -399,6 +409,7 @@ def validate_file(path: str | Path, profile_for: Any, strict: bool = False) -> d
 __all__ = [
     "case_file",
     "check_case_list",
+    "note_repeated_ids",
     "parse_case",
     "read_case_file",
     "run_case",

@@ -556,7 +556,13 @@ def test_a_knob_the_stack_fixes_is_determined_not_ranged():
 def test_file_schema_is_told_by_its_shape():
     assert case_file([_v1()])[0] == 1
     assert case_file({"schema": 2, "cases": [_v2()]})[0] == 2
-    for bad in ({"schema": 3, "cases": []}, {"schema": 2, "cases": [], "extra": 1}, {"cases": []}):
+    assert case_file({"schema": 1, "cases": [_v1()]})[0] == 1
+    for bad in (
+        {"schema": 3, "cases": []},
+        {"schema": 2, "cases": [], "extra": 1},
+        {"cases": []},
+        {"schema": True, "cases": []},
+    ):
         with pytest.raises(PlannerError, match="schema"):
             case_file(bad)
 
