@@ -60,6 +60,8 @@ def framework_rows() -> list[tuple[str, str]]:
         BY_PRECISION,
         BY_ZERO3,
         FRAMEWORK_STACKS,
+        NAMED_EXECUTION_FP8,
+        NAMED_EXECUTION_OF,
         UNKNOWN_FSDP_FROM_ZERO,
         UNKNOWN_FSDP_STACK,
         WITH_MODEL_PARALLEL,
@@ -78,6 +80,11 @@ def framework_rows() -> list[tuple[str, str]]:
             if n == name and not fp8
         ]
         extra += [f"{s} with precision {p}" for (n, p), s in BY_PRECISION.items() if n == name]
+        if stack == NAMED_EXECUTION_OF:
+            extra.append(
+                "named with 'compile' or 'inductor': torchtitan-compiled, with 'async TP': "
+                f"torchtitan-async-tp; either with precision fp8: {NAMED_EXECUTION_FP8}"
+            )
         if name in WITH_MODEL_PARALLEL:
             extra.append(f"with TP or PP: as {WITH_MODEL_PARALLEL[name]}")
         extra += [

@@ -175,6 +175,28 @@ WITH_MODEL_PARALLEL: dict[str, str] = {
 BY_PRECISION: dict[tuple[str, str], str] = {
     ("torchtitan", "fp8"): "torchtitan-compiled-float8",
 }
+# how a PyTorch-native run was issued, where its framework name says so in words
+# ("torchtitan (compiled)", "FSDP2 + torch.compile", "torchtitan async TP"): the shipped stack
+# that runs it, in place of the eager one the table gives (fp8 runs are torchao Float8 under
+# torch.compile whatever the words: torchtitan-compiled-float8). First match wins.
+NAMED_EXECUTION: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"async[\s-]*tp|asynctp|async[\s-]*tensor"), "torchtitan-async-tp"),
+    (re.compile(r"compile|inductor"), "torchtitan-compiled"),
+)
+NAMED_EXECUTION_OF = "torchtitan-eager"  # the stack whose execution the words refine
+NAMED_EXECUTION_FP8 = "torchtitan-compiled-float8"
+
+
+def named_execution(framework: str, stack: str, precision: str | None) -> str | None:
+    """The stack a framework name's own words put in place of ``stack`` (the table's), by
+    :data:`NAMED_EXECUTION`; None where they say nothing or ``stack`` is not the eager one."""
+    if stack != NAMED_EXECUTION_OF:
+        return None
+    words = framework.lower().replace("_", " ")
+    named = next((s for pattern, s in NAMED_EXECUTION if pattern.search(words)), None)
+    if named is None:
+        return None
+    return NAMED_EXECUTION_FP8 if precision == "fp8" else named
 
 
 # a version as published after a framework's name: 2.0, v0.8.0, 24.07, r0.9, 0.15.0rc1
@@ -390,7 +412,8 @@ def stack_for_framework(
         or (running[0] if running else None)
         or (eras[-1] if eras else None)
     )
-    return stack or FRAMEWORK_STACKS[key], None
+    stack = stack or FRAMEWORK_STACKS[key]
+    return named_execution(framework, stack, precision) or stack, None
 
 
 def code_bases(
@@ -412,6 +435,8 @@ def code_bases(
     compiled only). Empty where the name stands for one stack here (every other framework,
     Megatron on Hopper and later, a ZeRO-3 case). Validation ranges over all of them."""
     key = _key(framework, tp, pp)
+    if key in FRAMEWORK_STACKS and named_execution(framework, FRAMEWORK_STACKS[key], precision):
+        return ()  # the name says how the run was issued
     if key in EXECUTION_MODES and not BY_PRECISION.get((key, precision or "")):
         return EXECUTION_MODES[key]
     # BY_CAPABILITY has no row on Hopper and later, and a ZeRO-3 case leaves at most
@@ -427,9 +452,13 @@ __all__ = [
     "BY_ZERO3",
     "EXECUTION_MODES",
     "FRAMEWORK_STACKS",
+    "NAMED_EXECUTION",
+    "NAMED_EXECUTION_FP8",
+    "NAMED_EXECUTION_OF",
     "V1_LOSS",
     "UNKNOWN_FSDP_STACK",
     "code_bases",
+    "named_execution",
     "normalise",
     "stack_for_framework",
 ]

@@ -320,6 +320,7 @@ def test_the_listed_table_names_every_framework_and_the_rule_for_others():
     assert set(FRAMEWORK_STACKS) < set(rows)
     other = rows["(any other name)"]
     assert DEFAULT_STACK in other and "torchtitan-eager with ZeRO 2 or 3" in other
+    assert "'compile'" in rows["fsdp2"] and "torchtitan-async-tp" in rows["torchtitan"]
 
 
 def test_every_table_entry_is_a_shipped_stack():
@@ -356,6 +357,27 @@ def test_published_aliases_cost_as_their_software():
             assert stack_for_framework(alias, cluster, "bf16") == (canonical, None), alias
     for key, _ in (*BY_GENERATION, *BY_ZERO3):
         assert key in FRAMEWORK_STACKS
+
+
+@pytest.mark.parametrize(
+    ("framework", "precision", "stack"),
+    [
+        ("torchtitan (compiled)", "bf16", "torchtitan-compiled"),
+        ("FSDP2 + torch.compile", "bf16", "torchtitan-compiled"),
+        ("PyTorch FSDP2 (torch.compile)", "fp8", "torchtitan-compiled-float8"),
+        ("torchtitan, AsyncTP", "bf16", "torchtitan-async-tp"),
+        ("torchtitan with inductor", "bf16", "torchtitan-compiled"),
+        ("torchtitan", "bf16", "torchtitan-eager"),  # says nothing: eager, ranged over both
+        ("llm-foundry torch.compile", "bf16", "llm-foundry-2023"),  # not the eager stack
+    ],
+)
+def test_a_framework_name_that_says_how_the_run_was_issued_is_costed_so(
+    framework, precision, stack
+):
+    h100 = planner.load_cluster("dgx-h100")
+    assert stack_for_framework(framework, h100, precision, zero=3) == (stack, None)
+    ranged = code_bases(framework, h100, zero=3, precision=precision)
+    assert bool(ranged) == (framework == "torchtitan")
 
 
 def test_v1_case_takes_its_stacks_kernels():
