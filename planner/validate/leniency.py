@@ -69,6 +69,13 @@ _SECTIONS: tuple[tuple[tuple[str, ...], type[Spec]], ...] = (
 # (--num-layers-per-virtual-pipeline-stage counts layers, not stages; Megatron's
 # --moe-shared-expert-intermediate-size is all shared experts together; --untie-... inverts)
 _SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
+    (): {
+        "stack": "framework",  # schema 2's name for it
+        "software": "framework",
+        "gpus": "num_gpus",
+        "n_gpus": "num_gpus",
+        "world_size": "num_gpus",
+    },
     ("model",): {
         "num_layers": "layers",
         "num_hidden_layers": "layers",

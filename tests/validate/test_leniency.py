@@ -117,14 +117,18 @@ def test_a_field_outside_the_schema_is_left_out_and_named(section, key, stated):
         ("layout", "tensor_model_parallel_size", "tp"),
         ("model", "num_key_value_heads", "kv_heads"),  # a Hugging Face config's name
         ("model", "kv_head", "kv_heads"),  # a slip of a letter
+        (None, "stack", "framework"),  # schema 2's name
+        (None, "world_size", "num_gpus"),
     ],
 )
 def test_another_spelling_of_a_field_is_read_as_it(section, written, field, stated):
     raw = _case()
-    raw[section][written] = raw[section].pop(field)
+    holder = raw if section is None else raw[section]
+    holder[written] = holder.pop(field)
     row = _run(raw)
     assert row["error_pct"] == stated[DENSE]["error_pct"], row["reason"]
-    assert f"{section}.{written} read as {section}.{field}" in row["reason"]
+    where = "" if section is None else f"{section}."
+    assert f"{where}{written} read as {where}{field}" in row["reason"]
 
 
 def test_a_spelling_of_a_field_the_case_also_gives_is_left_out_never_over_it(stated):
