@@ -10,6 +10,9 @@ case:
   the field's name in Megatron-LM's arguments or a Hugging Face config (:data:`_SYNONYMS`:
   ``micro_batch_size``, ``num_key_value_heads``), or a slip of a letter or two (:data:`CLOSE`)
   is read as that field; any other unknown key is left out;
+- a value a table prints for a figure it does not give (``n/a``, ``-``, :data:`NOT_GIVEN`) is
+  read as null in the layout, the training and the measured figures, and a ``false``, ``none``
+  or ``n/a`` MoE or MLA block as none;
 - a null model field that has a default (tied embeddings, the MoE block's shared experts,
   leading dense layers, layer frequency) takes the shipped model's value where the case's
   model has a shipped namesake, else the default;
@@ -223,6 +226,39 @@ def _null_values(model: dict[str, Any]) -> list[str]:
     return done
 
 
+# what tables print for a figure they do not give: read as null (not stated) in the layout, the
+# training and the measured figures (not "none": recompute none is a value), and as none for the
+# model's MoE and MLA blocks (with "none" and "no" too)
+NOT_GIVEN = frozenset({"", "-", "--", "n/a", "na", "null", "not stated", "unknown", "?"})
+NO_BLOCK = NOT_GIVEN | {"none", "no", "false"}
+
+
+def _not_given(value: Any, words: frozenset[str] = NOT_GIVEN) -> bool:
+    return isinstance(value, str) and " ".join(value.lower().split()) in words
+
+
+def _words_as_null(case: dict[str, Any]) -> list[str]:
+    """Null each value of :data:`NOT_GIVEN` (and a ``false`` MoE or MLA block: none); what
+    was."""
+    done = []
+    for section in ("layout", "training", "measured"):
+        holder = case.get(section)
+        if not isinstance(holder, dict):
+            continue
+        for key, value in holder.items():
+            if _not_given(value):
+                holder[key] = None
+                done.append(f"{section}.{key} {value.strip()[:20]!r} read as null")
+    model = case.get("model")
+    if isinstance(model, dict):
+        for key in ("moe", "mla"):
+            value = model.get(key)
+            if value is False or _not_given(value, NO_BLOCK):
+                model[key] = None
+                done.append(f"model.{key} {value!r:.20} read as none")
+    return done
+
+
 # layout sizes a table prints as 0 for "not used": an interleaving depth read as 1 (not
 # interleaved); a context- or expert-parallel size read as not stated, so the job's size gives
 # the first (planner.validate.inputs.implied_cp: 1 where tp*pp*dp = num_gpus) and a dense
@@ -262,6 +298,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
         else:
             continue
         done += phrases
+    done += _words_as_null(out)
     if isinstance(out.get("model"), dict):
         done += _null_values(out["model"])
     if isinstance(out.get("layout"), dict):
@@ -275,4 +312,4 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
     return out, [f"not as schema 1 writes it: {', '.join(done[:NAMED])}{more}"]
 
 
-__all__ = ["CLOSE", "NAMED", "SCORED", "ZERO_MEANS", "forgive"]
+__all__ = ["CLOSE", "NAMED", "NOT_GIVEN", "NO_BLOCK", "SCORED", "ZERO_MEANS", "forgive"]

@@ -24,8 +24,9 @@ def _case(case_id: str = DENSE) -> dict:
     """A public case written back as schema 1 (the shipped copy is schema 2)."""
     raw = copy.deepcopy(CASES[case_id])
     raw["framework"] = raw.pop("stack")
-    for key in ("unstated", "power_limit_w"):
-        raw.pop(key, None)
+    for knob in raw.pop("unstated", []):  # schema 1 writes a knob not stated as null
+        raw["layout" if knob in ("vpp", "zero", "ep") else "training"][knob] = None
+    raw.pop("power_limit_w", None)
     raw["measured"].pop("peak_memory_kind", None)
     return raw
 
@@ -192,7 +193,7 @@ def test_measured_tokens_as_a_table_prints_them_is_read_as_the_number(written, n
     assert row["status"] == "ok" and row["error_pct"] is not None
 
 
-@pytest.mark.parametrize("written", ["303.5 tokens/s", "1,2345", "inf", "1e400", "n/a"])
+@pytest.mark.parametrize("written", ["303.5 tokens/s", "1,2345", "inf", "1e400", "~300"])
 def test_measured_tokens_that_are_no_number_stay_the_fields_error(written):
     raw = _case()
     raw["measured"]["tokens_per_s_per_gpu"] = written
@@ -269,3 +270,85 @@ def test_an_expert_parallel_size_written_as_0_is_1_without_experts_and_tuned_wit
     assert row["status"] == "ok"
     assert "layout.ep 0 read as not stated" in row["reason"]
     assert "not stated, tuned: ep" in row["reason"]
+
+
+# ------------------------------------------------------------ what a table prints for nothing
+
+
+def test_a_figure_printed_as_not_given_is_read_as_not_stated(stated):
+    raw = _case()
+    raw["layout"]["vpp"] = "n/a"  # Megatron-Bridge's tables print VP n/a
+    raw["training"]["micro_batch"] = " - "
+    raw["measured"]["mfu_pct"] = "N/A"
+    row = _run(raw)
+    assert row["status"] == "ok"
+    assert "layout.vpp 'n/a' read as null" in row["reason"]
+    assert "not stated, tuned: micro_batch" in row["reason"]
+    nulls = _case()
+    nulls["layout"]["vpp"] = nulls["training"]["micro_batch"] = None
+    assert row["predicted_tokens_per_s_per_gpu"] == _run(nulls)["predicted_tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize("written", [False, "none", "N/A"])
+def test_an_moe_block_written_as_none_is_a_dense_model(written, stated):
+    raw = _case()
+    raw["model"]["moe"] = written
+    row = _run(raw)
+    assert row["error_pct"] == stated[DENSE]["error_pct"]
+    assert "model.moe" in row["reason"] and "read as none" in row["reason"]
+
+
+def test_measured_tokens_printed_as_not_given_is_not_scored():
+    raw = _case()
+    raw["measured"]["tokens_per_s_per_gpu"] = "n/a"
+    row = _run(raw)
+    assert row["status"] == "ok" and row["scored"] is False and row["error_pct"] is None
+
+
+# ------------------------------------------------------------ rewritings of public cases
+
+
+def _rewritings(raw: dict) -> list[tuple[str, dict]]:
+    """Ways a hand-written schema 1 case says the same thing: each is read as the case."""
+    out = []
+
+    def rewrite(name: str, change) -> None:
+        case = copy.deepcopy(raw)
+        change(case)
+        out.append((name, case))
+
+    rewrite(
+        "Megatron names",
+        lambda c: c["training"].update(
+            micro_batch_size=c["training"].pop("micro_batch"),
+            global_batch_size=c["training"].pop("global_batch"),
+            seq_length=c["training"].pop("seq_len"),
+        ),
+    )
+    rewrite(
+        "upper-case layout",
+        lambda c: c.update(layout={k.upper(): v for k, v in c["layout"].items()}),
+    )
+    rewrite("numbers as text", lambda c: c["layout"].update(tp=str(c["layout"]["tp"])))
+    rewrite(
+        "grouped tokens",
+        lambda c: c["measured"].update(
+            tokens_per_s_per_gpu=f"{c['measured']['tokens_per_s_per_gpu']:,}"
+        ),
+    )
+    rewrite("spaced cluster", lambda c: c.update(cluster=c["cluster"].upper().replace("-", " ")))
+    rewrite("extra facts", lambda c: c.update(date="2025-11", url="https://example.org"))
+    rewrite("no provenance", lambda c: [c.pop(k, None) for k in ("source", "quality", "notes")])
+    return out
+
+
+@pytest.mark.parametrize("case_id", [DENSE, MOE, "mpt_h100_7b_s2048_8gpu", "mlm2021_t1_145.6B"])
+def test_rewritings_of_a_public_case_are_read_as_it(case_id):
+    raw = _case(case_id)
+    expected = _run(raw)
+    for name, case in _rewritings(raw):
+        row = _run(case)
+        assert (row["status"], row["predicted_tokens_per_s_per_gpu"]) == (
+            expected["status"],
+            expected["predicted_tokens_per_s_per_gpu"],
+        ), name
