@@ -18,6 +18,7 @@ case:
   model has a shipped namesake, else the default;
 - an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
   expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
+- a size written with thousands separators (``num_gpus: "1,024"``) is read as its number;
 - a measured figure written with thousands separators or a percent sign is read as its number;
   one that still is no number is left out, except the scored tokens/s, which stays the
   field's error.
@@ -199,6 +200,24 @@ def _figures(measured: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return out, done
 
 
+def _grouped_sizes(case: dict[str, Any]) -> list[str]:
+    """Read each size written with thousands separators ("1,024" GPUs, vocab "128,256") in the
+    case, its model (and MoE block), layout and training as its number; what was."""
+    done = []
+    model = case.get("model")
+    holders = [("", case), ("layout.", case.get("layout")), ("training.", case.get("training"))]
+    if isinstance(model, dict):
+        holders += [("model.", model), ("model.moe.", model.get("moe"))]
+    for where, holder in holders:
+        if not isinstance(holder, dict):
+            continue
+        for key, value in holder.items():
+            if isinstance(value, str) and _GROUPED.match(value.strip()):
+                holder[key] = value.strip().replace(",", "")
+                done.append(f"{where}{key} {value.strip()[:30]!r} read as {holder[key]}")
+    return done
+
+
 def _null_values(model: dict[str, Any]) -> list[str]:
     """Fill in ``model`` (and its ``moe``) each null that has a default (:data:`NULL_IS_DEFAULT`,
     :data:`MOE_NULL_IS_DEFAULT`): the shipped model of the case's name gives it where there is
@@ -299,6 +318,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
             continue
         done += phrases
     done += _words_as_null(out)
+    done += _grouped_sizes(out)
     if isinstance(out.get("model"), dict):
         done += _null_values(out["model"])
     if isinstance(out.get("layout"), dict):

@@ -193,6 +193,18 @@ def test_measured_tokens_as_a_table_prints_them_is_read_as_the_number(written, n
     assert row["status"] == "ok" and row["error_pct"] is not None
 
 
+def test_sizes_written_with_thousands_separators_are_read_as_numbers(stated):
+    raw = _case()
+    raw["num_gpus"] = "1,024"
+    raw["model"]["vocab"] = "128,256"
+    raw["training"]["seq_len"] = " 8,192 "
+    row = _run(raw)
+    assert row["predicted_tokens_per_s_per_gpu"] == stated[DENSE]["predicted_tokens_per_s_per_gpu"]
+    assert "num_gpus '1,024' read as 1024" in row["reason"]
+    raw["num_gpus"] = "1,02,4"  # no thousands grouping: still the field's error
+    assert _run(raw)["reason"].startswith("num_gpus:")
+
+
 @pytest.mark.parametrize("written", ["303.5 tokens/s", "1,2345", "inf", "1e400", "~300"])
 def test_measured_tokens_that_are_no_number_stay_the_fields_error(written):
     raw = _case()
