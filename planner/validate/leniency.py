@@ -18,6 +18,8 @@ case:
   model has a shipped namesake, else the default;
 - an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
   expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
+- a framework written as a list of names is read as their compound (``Megatron-LM +
+  DeepSpeed``);
 - a size written with thousands separators (``num_gpus: "1,024"``) is read as its number;
 - a measured figure written with thousands separators or a percent sign is read as its number;
   one that still is no number is left out, except the scored tokens/s, which stays the
@@ -278,6 +280,19 @@ def _words_as_null(case: dict[str, Any]) -> list[str]:
     return done
 
 
+def _framework_list(case: dict[str, Any]) -> list[str]:
+    """A framework written as a list of names (``[Megatron-LM, DeepSpeed]``) read as the
+    compound name ``Megatron-LM + DeepSpeed`` (planner.validate.frameworks reads its parts);
+    what was."""
+    value = case.get("framework")
+    if not isinstance(value, list) or not value or len(value) > 8:
+        return []
+    if not all(isinstance(v, str) and 0 < len(v) <= 100 for v in value):
+        return []
+    case["framework"] = " + ".join(value)
+    return [f"framework list read as {case['framework']!r}"]
+
+
 # layout sizes a table prints as 0 for "not used": an interleaving depth read as 1 (not
 # interleaved); a context- or expert-parallel size read as not stated, so the job's size gives
 # the first (planner.validate.inputs.implied_cp: 1 where tp*pp*dp = num_gpus) and a dense
@@ -317,7 +332,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
         else:
             continue
         done += phrases
-    done += _words_as_null(out)
+    done += _framework_list(out) + _words_as_null(out)
     done += _grouped_sizes(out)
     if isinstance(out.get("model"), dict):
         done += _null_values(out["model"])

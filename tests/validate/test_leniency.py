@@ -193,6 +193,16 @@ def test_measured_tokens_as_a_table_prints_them_is_read_as_the_number(written, n
     assert row["status"] == "ok" and row["error_pct"] is not None
 
 
+def test_a_framework_written_as_a_list_is_read_as_the_compound_name():
+    raw = _case("mpt_h100_7b_s2048_8gpu")
+    raw["framework"] = ["Megatron-LM", "DeepSpeed"]
+    row = _run(raw)
+    assert "framework list read as 'Megatron-LM + DeepSpeed'" in row["reason"]
+    assert row["stack"].startswith("megatron-deepspeed")
+    raw["framework"] = [["nested"]]  # not names: the schema's error
+    assert _run(raw)["reason"].startswith("framework:")
+
+
 def test_sizes_written_with_thousands_separators_are_read_as_numbers(stated):
     raw = _case()
     raw["num_gpus"] = "1,024"
