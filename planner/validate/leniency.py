@@ -131,6 +131,8 @@ _SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
         "micro_batch_size": "micro_batch",
         "global_batch_size": "global_batch",
         "recompute_granularity": "recompute",
+        "dtype": "precision",
+        "mixed_precision": "precision",
     },
 }
 # a number as tables print it: 12,345.6 (thousands separated by commas), 41.2 %, 1_000
