@@ -18,6 +18,8 @@ case:
   model has a shipped namesake, else the default;
 - an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
   expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
+- a ZeRO stage written as what it shards (``ZeRO-1``, ``distributed optimizer``, ``FSDP``,
+  ``full_shard``, ``DDP``: :data:`ZERO_WORDS`) is read as its number;
 - a framework written as a list of names is read as their compound (``Megatron-LM +
   DeepSpeed``);
 - a size written with thousands separators (``num_gpus: "1,024"``) is read as its number;
@@ -282,6 +284,30 @@ def _words_as_null(case: dict[str, Any]) -> list[str]:
     return done
 
 
+# a ZeRO stage written as the name of what it shards (shared/validation/README.md: 1 is the
+# Megatron distributed optimizer, 3 FSDP full shard; PyTorch FSDP's SHARD_GRAD_OP is stage 2,
+# NO_SHARD and plain DDP are 0)
+ZERO_WORDS: dict[str, int] = {
+    **{w: 0 for w in ("none", "no", "off", "ddp", "zero-0", "zero0", "no-shard")},
+    **{w: 1 for w in ("zero-1", "zero1", "distributed-optimizer", "distopt")},
+    **{w: 2 for w in ("zero-2", "zero2", "shard-grad-op")},
+    **{w: 3 for w in ("zero-3", "zero3", "fsdp", "full-shard", "fsdp-full-shard")},
+}
+
+
+def _zero_word(case: dict[str, Any]) -> list[str]:
+    """A ``layout.zero`` written as a word of :data:`ZERO_WORDS` read as its stage; what was."""
+    layout = case.get("layout")
+    value = layout.get("zero") if isinstance(layout, dict) else None
+    if not isinstance(value, str):
+        return []
+    word = "-".join(value.strip().lower().replace("_", " ").split())
+    if word not in ZERO_WORDS:
+        return []
+    layout["zero"] = ZERO_WORDS[word]
+    return [f"layout.zero {value.strip()[:30]!r} read as {layout['zero']}"]
+
+
 def _framework_list(case: dict[str, Any]) -> list[str]:
     """A framework written as a list of names (``[Megatron-LM, DeepSpeed]``) read as the
     compound name ``Megatron-LM + DeepSpeed`` (planner.validate.frameworks reads its parts);
@@ -334,7 +360,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
         else:
             continue
         done += phrases
-    done += _framework_list(out) + _words_as_null(out)
+    done += _framework_list(out) + _words_as_null(out) + _zero_word(out)
     done += _grouped_sizes(out)
     if isinstance(out.get("model"), dict):
         done += _null_values(out["model"])
@@ -349,4 +375,13 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
     return out, [f"not as schema 1 writes it: {', '.join(done[:NAMED])}{more}"]
 
 
-__all__ = ["CLOSE", "NAMED", "NOT_GIVEN", "NO_BLOCK", "SCORED", "ZERO_MEANS", "forgive"]
+__all__ = [
+    "CLOSE",
+    "NAMED",
+    "NOT_GIVEN",
+    "NO_BLOCK",
+    "SCORED",
+    "ZERO_MEANS",
+    "ZERO_WORDS",
+    "forgive",
+]

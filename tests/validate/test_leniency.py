@@ -193,6 +193,19 @@ def test_measured_tokens_as_a_table_prints_them_is_read_as_the_number(written, n
     assert row["status"] == "ok" and row["error_pct"] is not None
 
 
+@pytest.mark.parametrize(
+    ("written", "stage"),
+    [("ZeRO-1", 1), ("distributed optimizer", 1), ("FSDP", 3), ("full_shard", 3), ("DDP", 0)],
+)
+def test_a_zero_stage_written_as_what_it_shards_is_read_as_its_number(written, stage):
+    raw = _case("mpt_h100_7b_s2048_8gpu")
+    raw["layout"]["zero"] = written
+    row = _run(raw)
+    assert f"layout.zero {written!r} read as {stage}" in row["reason"]
+    raw["layout"]["zero"] = stage
+    assert row["predicted_tokens_per_s_per_gpu"] == _run(raw)["predicted_tokens_per_s_per_gpu"]
+
+
 def test_a_framework_written_as_a_list_is_read_as_the_compound_name():
     raw = _case("mpt_h100_7b_s2048_8gpu")
     raw["framework"] = ["Megatron-LM", "DeepSpeed"]
