@@ -18,6 +18,8 @@ case:
   model has a shipped namesake, else the default;
 - an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
   expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
+- a recompute written as a flag (``true``: full, as Megatron-LM's --checkpoint-activations;
+  ``false``: none) is read as that level;
 - a ZeRO stage written as what it shards (``ZeRO-1``, ``distributed optimizer``, ``FSDP``,
   ``full_shard``, ``DDP``: :data:`ZERO_WORDS`) is read as its number;
 - a framework written as a list of names is read as their compound (``Megatron-LM +
@@ -133,6 +135,9 @@ _SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
         "micro_batch_size": "micro_batch",
         "global_batch_size": "global_batch",
         "recompute_granularity": "recompute",
+        "activation_checkpointing": "recompute",
+        "checkpoint_activations": "recompute",
+        "activation_recompute": "recompute",
         "dtype": "precision",
         "mixed_precision": "precision",
     },
@@ -295,6 +300,18 @@ ZERO_WORDS: dict[str, int] = {
 }
 
 
+def _recompute_flag(case: dict[str, Any]) -> list[str]:
+    """A ``training.recompute`` written as a flag (``true``: activation checkpointing on, as
+    Megatron-LM's --checkpoint-activations, i.e. full; ``false``: none) read as that level;
+    what was."""
+    training = case.get("training")
+    value = training.get("recompute") if isinstance(training, dict) else None
+    if not isinstance(value, bool):
+        return []
+    training["recompute"] = "full" if value else "none"
+    return [f"training.recompute {value} read as {training['recompute']}"]
+
+
 def _zero_word(case: dict[str, Any]) -> list[str]:
     """A ``layout.zero`` written as a word of :data:`ZERO_WORDS` read as its stage; what was."""
     layout = case.get("layout")
@@ -360,7 +377,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
         else:
             continue
         done += phrases
-    done += _framework_list(out) + _words_as_null(out) + _zero_word(out)
+    done += _framework_list(out) + _words_as_null(out) + _zero_word(out) + _recompute_flag(out)
     done += _grouped_sizes(out)
     if isinstance(out.get("model"), dict):
         done += _null_values(out["model"])

@@ -206,6 +206,18 @@ def test_a_zero_stage_written_as_what_it_shards_is_read_as_its_number(written, s
     assert row["predicted_tokens_per_s_per_gpu"] == _run(raw)["predicted_tokens_per_s_per_gpu"]
 
 
+@pytest.mark.parametrize(("flag", "level"), [(True, "full"), (False, "none")])
+def test_activation_checkpointing_written_as_a_flag_is_read_as_its_level(flag, level):
+    raw = _case("mpt_h100_7b_s2048_8gpu")
+    raw["training"].pop("recompute")
+    raw["training"]["activation_checkpointing"] = flag
+    row = _run(raw)
+    assert f"training.recompute {flag} read as {level}" in row["reason"]
+    raw["training"] = {**raw["training"], "recompute": level}
+    raw["training"].pop("activation_checkpointing")
+    assert row["predicted_tokens_per_s_per_gpu"] == _run(raw)["predicted_tokens_per_s_per_gpu"]
+
+
 def test_a_framework_written_as_a_list_is_read_as_the_compound_name():
     raw = _case("mpt_h100_7b_s2048_8gpu")
     raw["framework"] = ["Megatron-LM", "DeepSpeed"]
