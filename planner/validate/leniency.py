@@ -18,6 +18,7 @@ case:
   model has a shipped namesake, else the default;
 - an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
   expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
+- a model without a name is named after the case's id;
 - a recompute written as a flag (``true``: full, as Megatron-LM's --checkpoint-activations;
   ``false``: none) is read as that level;
 - a ZeRO stage written as what it shards (``ZeRO-1``, ``distributed optimizer``, ``FSDP``,
@@ -300,6 +301,17 @@ ZERO_WORDS: dict[str, int] = {
 }
 
 
+def _model_name(case: dict[str, Any]) -> list[str]:
+    """A model without a name (missing or null) named after the case's id: the name only
+    labels it (and finds a shipped namesake, which an id never is); what was."""
+    model = case.get("model")
+    if not isinstance(model, dict) or model.get("name") is not None:
+        return []
+    name = case.get("id")
+    model["name"] = name if isinstance(name, str) and 0 < len(name) <= 200 else "unnamed"
+    return [f"model.name not stated: named {model['name']!r}"]
+
+
 def _recompute_flag(case: dict[str, Any]) -> list[str]:
     """A ``training.recompute`` written as a flag (``true``: activation checkpointing on, as
     Megatron-LM's --checkpoint-activations, i.e. full; ``false``: none) read as that level;
@@ -377,7 +389,8 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
         else:
             continue
         done += phrases
-    done += _framework_list(out) + _words_as_null(out) + _zero_word(out) + _recompute_flag(out)
+    done += _framework_list(out) + _words_as_null(out) + _model_name(out)
+    done += _zero_word(out) + _recompute_flag(out)
     done += _grouped_sizes(out)
     if isinstance(out.get("model"), dict):
         done += _null_values(out["model"])

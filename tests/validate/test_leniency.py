@@ -218,6 +218,14 @@ def test_activation_checkpointing_written_as_a_flag_is_read_as_its_level(flag, l
     assert row["predicted_tokens_per_s_per_gpu"] == _run(raw)["predicted_tokens_per_s_per_gpu"]
 
 
+def test_a_model_without_a_name_is_named_after_the_case(stated):
+    raw = _case()
+    raw["model"].pop("name")
+    row = _run(raw)
+    assert f"model.name not stated: named {DENSE!r}" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == stated[DENSE]["predicted_tokens_per_s_per_gpu"]
+
+
 def test_a_framework_written_as_a_list_is_read_as_the_compound_name():
     raw = _case("mpt_h100_7b_s2048_8gpu")
     raw["framework"] = ["Megatron-LM", "DeepSpeed"]
