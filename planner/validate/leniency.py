@@ -18,7 +18,8 @@ case:
   model has a shipped namesake, else the default;
 - an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
   expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
-- a model without a name is named after the case's id;
+- a model without a name is named after the case's id, and one whose every layer routes to
+  experts needs no dense FFN width;
 - a recompute written as a flag (``true``: full, as Megatron-LM's --checkpoint-activations;
   ``false``: none) is read as that level;
 - a ZeRO stage written as what it shards (``ZeRO-1``, ``distributed optimizer``, ``FSDP``,
@@ -301,6 +302,22 @@ ZERO_WORDS: dict[str, int] = {
 }
 
 
+def _unused_ffn(model: dict[str, Any]) -> list[str]:
+    """A dense FFN width left out (missing or null) of a model whose every layer routes to
+    experts (no leading dense layers, every layer MoE): it prices nothing there, so it is set
+    to the expert width for the spec to hold; what was."""
+    moe = model.get("moe")
+    if model.get("ffn_hidden") is not None or not isinstance(moe, dict):
+        return []
+    if moe.get("dense_layers", 0) != 0 or moe.get("layer_freq", 1) != 1:
+        return []
+    width = moe.get("expert_ffn_hidden")
+    if isinstance(width, bool) or not isinstance(width, int):
+        return []
+    model["ffn_hidden"] = width
+    return ["model.ffn_hidden not stated: unused (every layer routes to experts)"]
+
+
 def _model_name(case: dict[str, Any]) -> list[str]:
     """A model without a name (missing or null) named after the case's id: the name only
     labels it (and finds a shipped namesake, which an id never is); what was."""
@@ -393,7 +410,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
     done += _zero_word(out) + _recompute_flag(out)
     done += _grouped_sizes(out)
     if isinstance(out.get("model"), dict):
-        done += _null_values(out["model"])
+        done += _null_values(out["model"]) + _unused_ffn(out["model"])
     if isinstance(out.get("layout"), dict):
         done += _unused_sizes(out["layout"])
     if isinstance(out.get("measured"), dict):

@@ -226,6 +226,18 @@ def test_a_model_without_a_name_is_named_after_the_case(stated):
     assert row["predicted_tokens_per_s_per_gpu"] == stated[DENSE]["predicted_tokens_per_s_per_gpu"]
 
 
+def test_an_all_moe_model_needs_no_dense_ffn_width_a_model_with_dense_layers_does():
+    raw = _case("bridge2511_h100_qwen3_30b_a3b")  # 48 layers, every one MoE
+    expected = _run(raw)["predicted_tokens_per_s_per_gpu"]
+    raw["model"]["ffn_hidden"] = None
+    row = _run(raw)
+    assert "model.ffn_hidden not stated: unused" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == expected
+    raw = _case(MOE)  # DeepSeek-V3: three dense layers price their FFN
+    raw["model"].pop("ffn_hidden")
+    assert _run(raw)["reason"].startswith("model.ffn_hidden:")
+
+
 def test_a_framework_written_as_a_list_is_read_as_the_compound_name():
     raw = _case("mpt_h100_7b_s2048_8gpu")
     raw["framework"] = ["Megatron-LM", "DeepSpeed"]
