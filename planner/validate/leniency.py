@@ -62,6 +62,9 @@ from planner.validate.cases import (
 CLOSE = 0.85
 # the most phrases a row's note lists one by one (the rest are counted)
 NAMED = 6
+# the most unknown keys of one section matched against its fields (the rest are left out):
+# matching is a difflib ratio per field, so a section of 100,000 keys stays milliseconds
+MATCHED = 64
 # the figure a case is scored on: text that is no number stays its error
 SCORED = "tokens_per_s_per_gpu"
 
@@ -175,9 +178,10 @@ def _section(
     for key, value in data.items():
         if isinstance(key, str) and key in fields:
             continue
-        shown = f"{where}{' '.join(str(key).split())[:60]}"
+        shown = f"{where}{' '.join(str(key)[:200].split())[:60]}"
         free = sorted(fields - set(out))
-        named = _match(key, free, _SYNONYMS.get(path, {})) if isinstance(key, str) else None
+        matched = isinstance(key, str) and len(done) < MATCHED
+        named = _match(key, free, _SYNONYMS.get(path, {})) if matched else None
         if named is None:
             done.append(f"{shown} left out")
         else:
@@ -424,6 +428,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
 
 __all__ = [
     "CLOSE",
+    "MATCHED",
     "NAMED",
     "NOT_GIVEN",
     "NO_BLOCK",

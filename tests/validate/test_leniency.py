@@ -12,7 +12,7 @@ from rich.console import Console
 import planner
 from planner.render.validation import range_coverage, render_validation
 from planner.validate import read_case_file, run_case, summarize
-from planner.validate.leniency import NAMED, forgive
+from planner.validate.leniency import MATCHED, NAMED, forgive
 
 _, PUBLIC = read_case_file("public")
 CASES = {c["id"]: c for c in PUBLIC}
@@ -156,6 +156,15 @@ def test_the_note_names_a_few_fields_and_counts_the_rest():
         + ", ".join(f"extra_{i} left out" for i in range(NAMED))
         + " and 3 more"
     ]
+
+
+def test_only_the_first_unknown_keys_of_a_section_are_matched():
+    raw = _case()
+    raw["training"].update({f"junk_{i}": i for i in range(MATCHED)})
+    raw["training"]["Micro_Batch"] = raw["training"].pop("micro_batch")  # past the bound
+    out, notes = forgive(raw)
+    assert "micro_batch" not in out["training"]
+    assert f"and {MATCHED + 1 - NAMED} more" in notes[0]
 
 
 def test_reading_leaves_the_callers_case_as_it_was():
