@@ -5,6 +5,8 @@ case with no measured tokens/s. Each is named in the case's row; schema 2 refuse
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -13,6 +15,9 @@ import planner
 from planner.render.validation import range_coverage, render_validation
 from planner.validate import read_case_file, run_case, summarize
 from planner.validate.leniency import MATCHED, NAMED, forgive
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from schema1_rewritings import REWRITINGS  # noqa: E402
 
 _, PUBLIC = read_case_file("public")
 CASES = {c["id"]: c for c in PUBLIC}
@@ -384,47 +389,24 @@ def test_measured_tokens_printed_as_not_given_is_not_scored():
 # ------------------------------------------------------------ rewritings of public cases
 
 
-def _rewritings(raw: dict) -> list[tuple[str, dict]]:
-    """Ways a hand-written schema 1 case says the same thing: each is read as the case."""
-    out = []
-
-    def rewrite(name: str, change) -> None:
-        case = copy.deepcopy(raw)
-        change(case)
-        out.append((name, case))
-
-    rewrite(
-        "Megatron names",
-        lambda c: c["training"].update(
-            micro_batch_size=c["training"].pop("micro_batch"),
-            global_batch_size=c["training"].pop("global_batch"),
-            seq_length=c["training"].pop("seq_len"),
-        ),
-    )
-    rewrite(
-        "upper-case layout",
-        lambda c: c.update(layout={k.upper(): v for k, v in c["layout"].items()}),
-    )
-    rewrite("numbers as text", lambda c: c["layout"].update(tp=str(c["layout"]["tp"])))
-    rewrite(
-        "grouped tokens",
-        lambda c: c["measured"].update(
-            tokens_per_s_per_gpu=f"{c['measured']['tokens_per_s_per_gpu']:,}"
-        ),
-    )
-    rewrite("spaced cluster", lambda c: c.update(cluster=c["cluster"].upper().replace("-", " ")))
-    rewrite("extra facts", lambda c: c.update(date="2025-11", url="https://example.org"))
-    rewrite("no provenance", lambda c: [c.pop(k, None) for k in ("source", "quality", "notes")])
-    return out
+# (case, rewriting) where the rewriting applies (a framework list needs Megatron-DeepSpeed)
+APPLIED = [
+    (case_id, name)
+    for case_id in (DENSE, MOE, "mpt_h100_7b_s2048_8gpu", "mlm2021_t1_145.6B", "bloom_176b_384gpu")
+    for name in sorted(REWRITINGS)
+    if REWRITINGS[name](_case(case_id))
+]
 
 
-@pytest.mark.parametrize("case_id", [DENSE, MOE, "mpt_h100_7b_s2048_8gpu", "mlm2021_t1_145.6B"])
-def test_rewritings_of_a_public_case_are_read_as_it(case_id):
+@pytest.mark.parametrize(("case_id", "rewriting"), APPLIED)
+def test_rewritings_of_a_public_case_are_read_as_it(case_id, rewriting):
+    """The ways benchmarks/schema1_rewritings.py writes a case the way a hand-written file may
+    (it counts them over every public and independent case)."""
     raw = _case(case_id)
-    expected = _run(raw)
-    for name, case in _rewritings(raw):
-        row = _run(case)
-        assert (row["status"], row["predicted_tokens_per_s_per_gpu"]) == (
-            expected["status"],
-            expected["predicted_tokens_per_s_per_gpu"],
-        ), name
+    written = copy.deepcopy(raw)
+    REWRITINGS[rewriting](written)
+    expected, row = _run(raw), _run(written)
+    assert (row["status"], row["predicted_tokens_per_s_per_gpu"]) == (
+        expected["status"],
+        expected["predicted_tokens_per_s_per_gpu"],
+    ), row["reason"]
