@@ -11,8 +11,8 @@ case:
   ``micro_batch_size``, ``num_key_value_heads``), or a slip of a letter or two (:data:`CLOSE`)
   is read as that field; any other unknown key is left out;
 - a value a table prints for a figure it does not give (``n/a``, ``-``, :data:`NOT_GIVEN`) is
-  read as null in the layout, the training and the measured figures, and a ``false``, ``none``
-  or ``n/a`` MoE or MLA block as none;
+  read as null in the layout, the training, the measured figures and the model (its MoE and
+  MLA blocks too), and a ``false``, ``none`` or ``n/a`` MoE or MLA block as none;
 - a null model field that has a default (tied embeddings, the MoE block's shared experts,
   leading dense layers, layer frequency) takes the shipped model's value where the case's
   model has a shipped namesake, else the default;
@@ -277,14 +277,6 @@ def _words_as_null(case: dict[str, Any]) -> list[str]:
     """Null each value of :data:`NOT_GIVEN` (and a ``false`` MoE or MLA block: none); what
     was."""
     done = []
-    for section in ("layout", "training", "measured"):
-        holder = case.get(section)
-        if not isinstance(holder, dict):
-            continue
-        for key, value in holder.items():
-            if _not_given(value):
-                holder[key] = None
-                done.append(f"{section}.{key} {value.strip()[:20]!r} read as null")
     model = case.get("model")
     if isinstance(model, dict):
         for key in ("moe", "mla"):
@@ -292,6 +284,16 @@ def _words_as_null(case: dict[str, Any]) -> list[str]:
             if value is False or _not_given(value, NO_BLOCK):
                 model[key] = None
                 done.append(f"model.{key} {value!r:.20} read as none")
+    blocks = (("model", "moe"), ("model", "mla"))
+    holders = [(s, case.get(s)) for s in ("layout", "training", "measured", "model")]
+    holders += [(".".join(b), model.get(b[1])) for b in blocks if isinstance(model, dict)]
+    for section, holder in holders:
+        if not isinstance(holder, dict):
+            continue
+        for key, value in holder.items():
+            if key not in ("moe", "mla") and _not_given(value):
+                holder[key] = None
+                done.append(f"{section}.{key} {value.strip()[:20]!r} read as null")
     return done
 
 

@@ -370,6 +370,16 @@ def test_a_figure_printed_as_not_given_is_read_as_not_stated(stated):
     assert row["predicted_tokens_per_s_per_gpu"] == _run(nulls)["predicted_tokens_per_s_per_gpu"]
 
 
+def test_model_figures_printed_as_not_given_take_the_namesake_or_the_default(stated):
+    raw = _case(MOE)
+    raw["model"]["moe"]["dense_layers"] = "n/a"
+    raw["model"]["tied_embeddings"] = "-"
+    row = _run(raw)
+    assert "model.moe.dense_layers 'n/a' read as null" in row["reason"]
+    assert "model.moe.dense_layers null as in the shipped 'deepseek-v3' (3)" in row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == stated[MOE]["predicted_tokens_per_s_per_gpu"]
+
+
 @pytest.mark.parametrize("written", [False, "none", "N/A"])
 def test_an_moe_block_written_as_none_is_a_dense_model(written, stated):
     raw = _case()
