@@ -78,9 +78,10 @@ _SECTIONS: tuple[tuple[tuple[str, ...], type[Spec]], ...] = (
     (("training",), CaseTraining),
     (("measured",), CaseMeasured),
 )
-# the names Megatron-LM's arguments (megatron/training/arguments.py, "-" as "_") and Hugging
-# Face configs (LlamaConfig, MixtralConfig, Qwen3MoeConfig, DeepseekV3Config) give a schema 1
-# field, per section: read as that field. Left out on purpose: names whose meaning differs
+# the names Megatron-LM's arguments (megatron/training/arguments.py, "-" as "_"), Hugging Face
+# configs (LlamaConfig, MixtralConfig, Qwen3MoeConfig, DeepseekV3Config) and the columns of the
+# NeMo / Megatron-Bridge performance tables (GBS, MBS, VP) give a schema 1 field, per
+# section: read as that field. Left out on purpose: names whose meaning differs
 # (--num-layers-per-virtual-pipeline-stage counts layers, not stages; Megatron's
 # --moe-shared-expert-intermediate-size is all shared experts together; --untie-... inverts)
 _SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
@@ -131,6 +132,7 @@ _SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
         "expert_model_parallel_size": "ep",
         "expert_parallel_size": "ep",
         "virtual_pipeline_model_parallel_size": "vpp",
+        "vp": "vpp",  # the column NeMo and Megatron-Bridge performance tables print
         "zero_stage": "zero",
     },
     ("training",): {
@@ -138,7 +140,9 @@ _SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
         "sequence_length": "seq_len",
         "max_seq_len": "seq_len",
         "micro_batch_size": "micro_batch",
+        "mbs": "micro_batch",  # the columns NeMo and Megatron-Bridge tables print
         "global_batch_size": "global_batch",
+        "gbs": "global_batch",
         "recompute_granularity": "recompute",
         "activation_checkpointing": "recompute",
         "checkpoint_activations": "recompute",

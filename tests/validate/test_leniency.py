@@ -120,6 +120,8 @@ def test_a_field_outside_the_schema_is_left_out_and_named(section, key, stated):
         ("training", "micro-batch", "micro_batch"),  # "-" for "_"
         ("training", "micro_batch_size", "micro_batch"),  # Megatron-LM's argument
         ("training", "global_batch_size", "global_batch"),
+        ("training", "MBS", "micro_batch"),  # a NeMo / Megatron-Bridge table's column
+        ("layout", "VP", "vpp"),
         ("layout", "tensor_model_parallel_size", "tp"),
         ("model", "num_key_value_heads", "kv_heads"),  # a Hugging Face config's name
         ("model", "kv_head", "kv_heads"),  # a slip of a letter
@@ -147,9 +149,9 @@ def test_a_spelling_of_a_field_the_case_also_gives_is_left_out_never_over_it(sta
 
 def test_a_word_far_from_every_field_is_not_guessed():
     raw = _case()
-    raw["training"]["mbs"] = raw["training"].pop("micro_batch")  # not read as micro_batch
+    raw["training"]["ubatch"] = raw["training"].pop("micro_batch")  # not read as micro_batch
     row = _run(raw)
-    assert "training.mbs left out" in row["reason"]
+    assert "training.ubatch left out" in row["reason"]
     assert "not stated, tuned: micro_batch" in row["reason"]
 
 
