@@ -482,6 +482,29 @@ def test_validation_upload_own_cases() -> None:
     assert any("schema" in e for e in _errors(at)), _errors(at)
 
 
+def test_validation_upload_of_hand_written_schema_1_cases() -> None:
+    """A schema 1 file as written by hand: other field names, a case without a measured
+    tokens/s (a peak only) and a repeated id. Every case runs; only measured ones are scored."""
+    import yaml
+
+    cases = []
+    for raw in yaml.safe_load(PUBLIC.read_text())["cases"][:2]:  # schema 2 -> schema 1
+        raw["framework"] = raw.pop("stack")
+        for knob in raw.pop("unstated", []):
+            raw["layout" if knob in ("vpp", "zero", "ep") else "training"][knob] = None
+        raw["training"]["global_batch_size"] = raw["training"].pop("global_batch")
+        cases.append(raw)
+    cases[1]["measured"] = {"peak_memory_gib": 60.0}
+    cases.append({**cases[0], "layout": {**cases[0]["layout"], "tp": 1}})  # same id
+    at = _app("app_pages/validation.py", val_source="My cases (upload)")
+    at.file_uploader(key="val_upload").set_value(
+        ("mine.yaml", yaml.safe_dump(cases).encode(), "application/x-yaml")
+    ).run()
+    _ok(at)
+    assert not _errors(at)
+    assert _metric(at, "Cases scored") == "2 of 3"
+
+
 # ---- Calibration --------------------------------------------------------------------------------
 def test_calibration_bad_profile_shows_error() -> None:
     at = _app("app_pages/calibration.py")
