@@ -311,15 +311,18 @@ def _v1_specs(case: Case, stack: StackSpec, notes: list[str]) -> tuple[Layout, T
     unstated (null) sequence parallelism on where the
     stack runs it and TP splits the layer, the global batch whole per rank
     (:func:`v1_whole_batch`), the loss of :data:`~planner.validate.frameworks.V1_LOSS`."""
+    reread: dict[str, int | None] = {}
     if case.layout.pp == 1 and (case.layout.vpp or 1) > 1:
         # interleaving needs a pipeline: a depth written for a run without one means none
         notes.append(f"layout.vpp {case.layout.vpp} without a pipeline (pp 1): not interleaved")
-        case = case.model_copy(update={"layout": case.layout.model_copy(update={"vpp": None})})
+        reread["vpp"] = None
     if case.model.moe is None and (case.layout.ep or 1) > 1:
         # EP splits experts and is carved out of the DP ranks (Megatron-Core): without experts
         # those ranks are data parallel and the size splits nothing
         notes.append(f"layout.ep {case.layout.ep} for a model without experts: costed as ep 1")
-        case = case.model_copy(update={"layout": case.layout.model_copy(update={"ep": 1})})
+        reread["ep"] = 1
+    if reread:
+        case = case.model_copy(update={"layout": case.layout.model_copy(update=reread)})
     layout, training = _stated(case, notes)
     if (
         case.layout.sequence_parallel is None

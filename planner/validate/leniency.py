@@ -221,17 +221,24 @@ def _figures(measured: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return out, done
 
 
+def _holders(case: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> list[tuple[str, dict]]:
+    """("section." as the row names it, the mapping) of each path of ``case`` that holds one."""
+    out = []
+    for path in paths:
+        holder: Any = case
+        for name in path:
+            holder = holder.get(name) if isinstance(holder, dict) else None
+        if isinstance(holder, dict):
+            out.append(("".join(f"{p}." for p in path), holder))
+    return out
+
+
 def _grouped_sizes(case: dict[str, Any]) -> list[str]:
     """Read each size written with thousands separators ("1,024" GPUs, vocab "128,256") in the
     case, its model (and MoE block), layout and training as its number; what was."""
     done = []
-    model = case.get("model")
-    holders = [("", case), ("layout.", case.get("layout")), ("training.", case.get("training"))]
-    if isinstance(model, dict):
-        holders += [("model.", model), ("model.moe.", model.get("moe"))]
-    for where, holder in holders:
-        if not isinstance(holder, dict):
-            continue
+    paths = ((), ("layout",), ("training",), ("model",), ("model", "moe"))
+    for where, holder in _holders(case, paths):
         for key, value in holder.items():
             if isinstance(value, str) and _GROUPED.match(value.strip()):
                 holder[key] = value.strip().replace(",", "")
@@ -250,8 +257,7 @@ def _null_values(model: dict[str, Any]) -> list[str]:
     )
     done: list[str] = []
     blocks = [("model.", model, ModelSpec, NULL_IS_DEFAULT, shipped)]
-    if isinstance(model.get("moe"), dict):
-        model["moe"] = dict(model["moe"])
+    if isinstance(model.get("moe"), dict):  # a fresh copy already (forgive reads it first)
         blocks.append(
             ("model.moe.", model["moe"], MoESpec, MOE_NULL_IS_DEFAULT, shipped and shipped.moe)
         )
@@ -288,16 +294,19 @@ def _words_as_null(case: dict[str, Any]) -> list[str]:
             if value is False or _not_given(value, NO_BLOCK):
                 model[key] = None
                 done.append(f"model.{key} {value!r:.20} read as none")
-    blocks = (("model", "moe"), ("model", "mla"))
-    holders = [(s, case.get(s)) for s in ("layout", "training", "measured", "model")]
-    holders += [(".".join(b), model.get(b[1])) for b in blocks if isinstance(model, dict)]
-    for section, holder in holders:
-        if not isinstance(holder, dict):
-            continue
+    paths = (
+        ("layout",),
+        ("training",),
+        ("measured",),
+        ("model",),
+        ("model", "moe"),
+        ("model", "mla"),
+    )
+    for where, holder in _holders(case, paths):
         for key, value in holder.items():
             if key not in ("moe", "mla") and _not_given(value):
                 holder[key] = None
-                done.append(f"{section}.{key} {value.strip()[:20]!r} read as null")
+                done.append(f"{where}{key} {value.strip()[:20]!r} read as null")
     return done
 
 
