@@ -14,6 +14,7 @@ case a hidden set written that way would have scored differently.
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 import planner
+from planner.resources import MODELS_DIR
+from planner.specs.loading import load_model, shipped_ids
 from planner.validate import read_case_file, run_case
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -113,6 +116,60 @@ def _zero_word(case: dict[str, Any]) -> bool:
     return True
 
 
+# precision and recompute as tables and papers print them
+_PRECISION_PHRASES = {"bf16": "BF16 mixed precision", "fp16": "fp16 (fp32 master weights)"}
+_RECOMPUTE_PHRASES = {
+    "none": "no activation checkpointing",
+    "selective": "selective (core attention)",
+    "full": "full activation recompute",
+}
+
+
+def _phrased(case: dict[str, Any]) -> bool:
+    training = case["training"]
+    precision, recompute = training.get("precision"), training.get("recompute")
+    if precision not in _PRECISION_PHRASES and recompute not in _RECOMPUTE_PHRASES:
+        return False
+    training["precision"] = _PRECISION_PHRASES.get(precision, precision)
+    training["recompute"] = _RECOMPUTE_PHRASES.get(recompute, recompute)
+    return True
+
+
+# a cluster preset written as its GPUs
+_GPUS = {
+    "dgx-h100": "8x H100 SXM5 80GB",
+    "dgx-a100-80gb": "DGX A100 80GB",
+    "dgx-a100-40gb": "8x A100 40GB",
+    "dgx-b200": "8x B200",
+    "gb200-nvl72": "GB200 NVL72",
+}
+
+
+def _cluster_as_gpus(case: dict[str, Any]) -> bool:
+    if case["cluster"] not in _GPUS:
+        return False
+    case["cluster"] = _GPUS[case["cluster"]]
+    return True
+
+
+def _model_by_name(case: dict[str, Any]) -> bool:
+    """The model written as its name where it is the shipped model of that name (by letters
+    and digits: ``llama-3.1-405b`` is ``llama3.1-405b``), field for field."""
+    model = case["model"]
+    key = re.sub(r"[^a-z0-9]", "", model["name"].lower())
+    shipped = {re.sub(r"[^a-z0-9]", "", i): i for i in shipped_ids(MODELS_DIR)}.get(key)
+    if shipped is None:
+        return False
+    spec = load_model(shipped).model_dump()
+    stated = {k: v for k, v in model.items() if k != "name"}
+    if any(
+        spec[k] != (v if not isinstance(v, dict) else {**spec[k], **v}) for k, v in stated.items()
+    ):
+        return False
+    case["model"] = model["name"]
+    return True
+
+
 REWRITINGS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "Megatron / Hugging Face field names": _renamed,
     "upper-case layout keys": _upper_layout,
@@ -124,6 +181,9 @@ REWRITINGS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "moe / mla: false": _false_blocks,
     "framework as a list": _framework_list,
     "zero as a word": _zero_word,
+    "precision, recompute as phrases": _phrased,
+    "cluster as its GPUs": _cluster_as_gpus,
+    "model by its name alone": _model_by_name,
 }
 
 

@@ -19,7 +19,14 @@ case:
 - an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
   expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
 - a model without a name is named after the case's id, and one whose every layer routes to
-  experts needs no dense FFN width;
+  experts needs no dense FFN width; a model written as its name, or leaving out a field it
+  needs, takes what it leaves out from the shipped model of that name
+  (:mod:`planner.validate.model_fill`);
+- a precision, recompute level or activation written as a phrase ("BF16 mixed", "fp8
+  (hybrid)", "selective (core attention)", "silu_glu") and a cluster written as its GPUs
+  ("8x H100 80GB", "DGX A100 40GB") are read as the word they name, where they name one
+  (:mod:`planner.validate.words`);
+- a job size left out is the product of the layout's TP, PP, DP and CP;
 - a recompute written as a flag (``true``: full, as Megatron-LM's --checkpoint-activations;
   ``false``: none) is read as that level;
 - a ZeRO stage written as what it shards (``ZeRO-1``, ``distributed optimizer``, ``FSDP``,
@@ -42,18 +49,11 @@ import math
 import re
 from typing import Any
 
-from planner.resources import MODELS_DIR
 from planner.specs.base import Spec
-from planner.specs.loading import load_model, shipped_ids
 from planner.specs.model import MLASpec, ModelSpec, MoESpec
-from planner.validate.cases import (
-    MOE_NULL_IS_DEFAULT,
-    NULL_IS_DEFAULT,
-    Case,
-    CaseLayout,
-    CaseMeasured,
-    CaseTraining,
-)
+from planner.validate.cases import Case, CaseLayout, CaseMeasured, CaseTraining
+from planner.validate.model_fill import model_by_name, model_name, null_values, unused_ffn
+from planner.validate.words import read_phrases
 
 # difflib's similarity ratio at or above which an unknown key is read as the field it nearly
 # names ("kv_head" -> "kv_heads" 0.93, "micro_bach" -> "micro_batch" 0.95, "head" -> "heads"
@@ -246,32 +246,6 @@ def _grouped_sizes(case: dict[str, Any]) -> list[str]:
     return done
 
 
-def _null_values(model: dict[str, Any]) -> list[str]:
-    """Fill in ``model`` (and its ``moe``) each null that has a default (:data:`NULL_IS_DEFAULT`,
-    :data:`MOE_NULL_IS_DEFAULT`): the shipped model of the case's name gives it where there is
-    one (DeepSeek-V3's one shared expert and three dense layers, not none), else the default;
-    what was filled, one phrase per field."""
-    name = model.get("name")
-    shipped = (
-        load_model(name) if isinstance(name, str) and name in shipped_ids(MODELS_DIR) else None
-    )
-    done: list[str] = []
-    blocks = [("model.", model, ModelSpec, NULL_IS_DEFAULT, shipped)]
-    if isinstance(model.get("moe"), dict):  # a fresh copy already (forgive reads it first)
-        blocks.append(
-            ("model.moe.", model["moe"], MoESpec, MOE_NULL_IS_DEFAULT, shipped and shipped.moe)
-        )
-    for where, block, spec, defaulted, namesake in blocks:
-        for key in sorted(k for k in defaulted if k in block and block[k] is None):
-            if namesake is not None:
-                block[key] = getattr(namesake, key)
-                done.append(f"{where}{key} null as in the shipped {name!r} ({block[key]})")
-            else:
-                block[key] = spec.model_fields[key].default
-                done.append(f"{where}{key} null as the default ({block[key]})")
-    return done
-
-
 # what tables print for a figure they do not give: read as null (not stated) in the layout, the
 # training and the measured figures (not "none": recompute none is a value), and as none for the
 # model's MoE and MLA blocks (with "none" and "no" too)
@@ -319,33 +293,6 @@ ZERO_WORDS: dict[str, int] = {
     **{w: 2 for w in ("zero-2", "zero2", "shard-grad-op")},
     **{w: 3 for w in ("zero-3", "zero3", "fsdp", "full-shard", "fsdp-full-shard")},
 }
-
-
-def _unused_ffn(model: dict[str, Any]) -> list[str]:
-    """A dense FFN width left out (missing or null) of a model whose every layer routes to
-    experts (no leading dense layers, every layer MoE): it prices nothing there, so it is set
-    to the expert width for the spec to hold; what was."""
-    moe = model.get("moe")
-    if model.get("ffn_hidden") is not None or not isinstance(moe, dict):
-        return []
-    if moe.get("dense_layers", 0) != 0 or moe.get("layer_freq", 1) != 1:
-        return []
-    width = moe.get("expert_ffn_hidden")
-    if isinstance(width, bool) or not isinstance(width, int):
-        return []
-    model["ffn_hidden"] = width
-    return ["model.ffn_hidden not stated: unused (every layer routes to experts)"]
-
-
-def _model_name(case: dict[str, Any]) -> list[str]:
-    """A model without a name (missing or null) named after the case's id: the name only
-    labels it (and finds a shipped namesake, which an id never is); what was."""
-    model = case.get("model")
-    if not isinstance(model, dict) or model.get("name") is not None:
-        return []
-    name = case.get("id")
-    model["name"] = name if isinstance(name, str) and 0 < len(name) <= 200 else "unnamed"
-    return [f"model.name not stated: named {model['name']!r}"]
 
 
 def _recompute_flag(case: dict[str, Any]) -> list[str]:
@@ -405,6 +352,19 @@ def _unused_sizes(layout: dict[str, Any]) -> list[str]:
     return done
 
 
+def _num_gpus(case: dict[str, Any]) -> list[str]:
+    """A job size left out (missing or null) read as the product of the layout's TP, PP, DP
+    and CP (1 where not stated) when they are given as numbers; what was."""
+    layout = case.get("layout")
+    if case.get("num_gpus") is not None or not isinstance(layout, dict):
+        return []
+    sizes = [layout.get(k) for k in ("tp", "pp", "dp")] + [layout.get("cp") or 1]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
+        return []
+    case["num_gpus"] = math.prod(sizes)
+    return [f"num_gpus not stated: tp x pp x dp x cp = {case['num_gpus']}"]
+
+
 def forgive(raw: Any) -> tuple[Any, list[str]]:
     """A raw schema 1 case read as this module's docstring says, and the row's note naming
     what was read or left out (none when nothing was). The caller's data is not changed; what
@@ -425,11 +385,11 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
         else:
             continue
         done += phrases
-    done += _framework_list(out) + _words_as_null(out) + _model_name(out)
-    done += _zero_word(out) + _recompute_flag(out)
-    done += _grouped_sizes(out)
+    done += _framework_list(out) + _words_as_null(out) + model_by_name(out) + model_name(out)
+    done += _zero_word(out) + _recompute_flag(out) + read_phrases(out)
+    done += _grouped_sizes(out) + _num_gpus(out)
     if isinstance(out.get("model"), dict):
-        done += _null_values(out["model"]) + _unused_ffn(out["model"])
+        done += null_values(out["model"]) + unused_ffn(out["model"])
     if isinstance(out.get("layout"), dict):
         done += _unused_sizes(out["layout"])
     if isinstance(out.get("measured"), dict):

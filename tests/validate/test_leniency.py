@@ -245,6 +245,7 @@ def test_an_all_moe_model_needs_no_dense_ffn_width_a_model_with_dense_layers_doe
     assert row["predicted_tokens_per_s_per_gpu"] == expected
     raw = _case(MOE)  # DeepSeek-V3: three dense layers price their FFN
     raw["model"].pop("ffn_hidden")
+    raw["model"]["name"] = "my-moe"  # no shipped namesake to take it from (test_phrases.py)
     assert _run(raw)["reason"].startswith("model.ffn_hidden:")
 
 
