@@ -7,7 +7,8 @@ Float8 / async TP, DeepSpeed ZeRO, Megatron-DeepSpeed, llm-foundry, Megatron-Cor
 Megatron-Bridge runs that are not in ``public.yaml``; sources in each case) and prints, per
 stack and over all curated runs (and, apart, per group of the bulk files: vTrain's 1,549
 measured iterations, ``benchmarks/vtrain_import.py``, the 121 runs of the Megatron-Bridge
-performance archive's other releases and the 238 rows of the DGX Cloud Benchmarking tables):
+performance archive's other releases, the 238 rows of the DGX Cloud Benchmarking tables and the
+54 of InternEvo's 7B tables):
 tokens/s/GPU MAPE, median, p90,
 the runs predicted out of memory,
 the memory MAPE against the measured peak of the kind the source published (allocated or
@@ -65,6 +66,11 @@ def _dgxc_group(row: dict) -> str:
     return f"{workload} {row['cluster']}"
 
 
+def _internevo_group(row: dict) -> str:
+    """An InternEvo run's group: its table and setting (internevo_a100_7b_<n>gpu_<table>_...)."""
+    return " ".join(row["id"].split("_")[4:6] + row["id"].split("_")[6:7][:1])
+
+
 BULK = {
     "vtrain.yaml": (
         "vTrain measured iterations (Bang et al. 2024), Megatron-DeepSpeed, A100",
@@ -77,6 +83,10 @@ BULK = {
         "NVIDIA DGX Cloud Benchmarking tables, tags v24.11.1-v25.05.05 (NeMo; the tables "
         "public.yaml holds left out)",
         _dgxc_group,
+    ),
+    "internevo.yaml": (
+        "InternLM / InternEvo 7B throughput and FLOPS tables (2023-07), 8-1,024 A100 on RoCE",
+        _internevo_group,
     ),
 }
 

@@ -1,7 +1,8 @@
 """Schema 1's free-text ``framework`` mapped to a shipped software stack: one explicit table.
 
 Schema 1 names the training software as published (``megatron-lm``, ``nemo``, ...), not the
-stack that ran it. :data:`FRAMEWORK_STACKS` says which shipped stack each name stands for;
+stack that ran it. :data:`FRAMEWORK_STACKS` (the table, with where each framework's behaviour
+was read: :mod:`planner.validate.framework_names`) says which shipped stack each name stands for;
 nothing else about a case (its source, year or notes) is read. Two rows depend on the case:
 
 * ``megatron-lm`` on an accelerator without FP8 tensor cores (A100 and older, the GPUs of the
@@ -55,62 +56,8 @@ from planner.specs.layout import Layout, Training
 from planner.specs.loading import load_stack
 from planner.specs.model import ModelSpec
 from planner.stacks import DEFAULT_STACK, model_violations, stack_violations
+from planner.validate.framework_names import COMPILED_FP8, FRAMEWORK_STACKS
 
-# framework as published (lower case, spaces and underscores as "-") -> shipped stack id
-FRAMEWORK_STACKS: dict[str, str] = {
-    "megatron-lm": "megatron-lm-2021",  # or -2022, on Hopper and later megatron-core (module doc)
-    "megatron": "megatron-lm-2021",
-    "megatron-core": "megatron-core",
-    "mcore": "megatron-core",
-    "nemo": "nemo",
-    "nvidia-nemo": "nemo",
-    "nemo-megatron": "nemo",  # NeMo's LLM collection was published as "NeMo Megatron" (2022-23)
-    "megatron-bridge": "megatron-bridge",
-    "megatron-deepspeed": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
-    # GPT-NeoX (EleutherAI): Megatron-LM's model and parallelism on DeepSpeed (Black et al. 2022,
-    # arXiv 2204.06745 section 3: "built on Megatron and DeepSpeed", ZeRO-1 with TP and PP)
-    "gpt-neox": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
-    "deepspeed": "deepspeed-zero",
-    "deepspeed-zero": "deepspeed-zero",
-    "torchtitan": "torchtitan-eager",  # precision fp8: torchtitan-compiled-float8
-    "torchtitan-eager": "torchtitan-eager",
-    "torchtitan-compiled": "torchtitan-compiled",
-    "torchtitan-async-tp": "torchtitan-async-tp",
-    # llm-foundry as its published MPT benchmark tables ran it (Triton FlashAttention); today's
-    # attn_impl: flash is the llm-foundry stack (--stack, or a schema 2 case)
-    "llm-foundry": "llm-foundry-2023",
-    "composer": "llm-foundry-2023",
-    "mosaicml": "llm-foundry-2023",
-    # other names the same software is published under
-    "nemo-framework": "nemo",  # NVIDIA's product name for NeMo
-    "nemo2": "nemo",
-    "nemo-2": "nemo",
-    "megatron-ds": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
-    "deepspeed-megatron": "megatron-deepspeed-2022",
-    "deepspeed-zero3": "deepspeed-zero",
-    # PyTorch FSDP by itself: the shipped stack that runs the same data parallelism eagerly.
-    # FSDP1 (FullyShardedDataParallel, Zhao et al. 2023, arXiv 2304.11277) is llm-foundry's;
-    # FSDP2 (fully_shard) eager is torchtitan-eager's, and torchtune's full-finetune recipes
-    # (fully_shard, eager unless compile is set, SDPA attention) run the same
-    "pytorch-fsdp": "llm-foundry",
-    "torch-fsdp": "llm-foundry",
-    "fsdp": "llm-foundry",
-    "fsdp1": "llm-foundry",
-    "pytorch-fsdp2": "torchtitan-eager",
-    "fsdp2": "torchtitan-eager",
-    "torchtune": "torchtitan-eager",
-    # DeepSeek-AI's in-house framework, named in its LLM, V2 and V3 reports (the software of
-    # every DeepSeek run, hence the company's name too)
-    "hai-llm": "hai-llm",
-    "deepseek-hai-llm": "hai-llm",
-    "deepseek": "hai-llm",
-    "deepseek-ai": "hai-llm",
-    # PyTorch by itself: its own distributed training (FSDP2, DTensor TP, context parallelism,
-    # torch.distributed.pipelining), eager unless a compile is published
-    "pytorch": "torchtitan-eager",
-    "torch": "torchtitan-eager",
-    "pytorch-native": "torchtitan-eager",
-}
 # a framework outside the table that states ZeRO stage 2 or 3: sharded gradients (stage 3 is
 # "FSDP full shard" in schema 1, shared/validation/README.md), so PyTorch's FSDP2 eager, the
 # shipped stack that runs them under tensor, context and pipeline parallelism (not the default
@@ -170,10 +117,16 @@ WITH_MODEL_PARALLEL: dict[str, str] = {
     "deepspeed": "megatron-deepspeed",
     "deepspeed-zero": "megatron-deepspeed",
     "deepspeed-zero3": "megatron-deepspeed",
+    # Colossal-AI's HybridParallelPlugin (4f9953be colossalai/booster/plugin/
+    # hybrid_parallel_plugin.py): Megatron TP with the backward all-reduce under the weight
+    # gradient, 1F1B, ZeRO 0-1 with a pipeline and the DP reduce after the flush
+    "colossal-ai": "colossal-ai-hybrid",
+    "colossalai": "colossal-ai-hybrid",
 }
 # frameworks whose stack depends on the training precision
 BY_PRECISION: dict[tuple[str, str], str] = {
     ("torchtitan", "fp8"): "torchtitan-compiled-float8",
+    **{(key, "fp8"): stack for key, stack in COMPILED_FP8.items()},
 }
 # how a PyTorch-native run was issued, where its framework name says so in words
 # ("torchtitan (compiled)", "FSDP2 + torch.compile", "torchtitan async TP"): the shipped stack
@@ -215,6 +168,13 @@ _VENDORS = frozenset(
         "bigscience",
         "hf",
         "pytorch",  # "PyTorch torchtitan" (alone, "pytorch" is a key of its own)
+        "ai2",
+        "allenai",
+        "ibm",
+        "google",
+        "alibaba",
+        "amd",
+        "bytedance",
     }
 )
 # the table's keys spelled without hyphens ("MegatronLM", "MegatronBridge")

@@ -36,6 +36,22 @@ README_PRESETS = {
     "gb300-nvl72": (72, 900, 800 / 8),
 }
 
+# presets for the fabrics published training tables state (session 31): id -> (GPUs per node,
+# scale-out Gb/s per node as the source prints it)
+STATED_FABRICS = {
+    "hgx-a100-80gb-50g": (8, 400),  # InternEvo "4 * 100Gb RoCE"; fms-fsdp "A100 ... 400Gbps"
+    "hgx-h100-100g": (8, 800),  # fms-fsdp "H100 96 GPUs with 800 Gbps"
+}
+
+
+@pytest.mark.parametrize("cluster_id", sorted(STATED_FABRICS))
+def test_a_stated_fabric_preset_carries_the_per_node_bandwidth_its_sources_print(cluster_id):
+    gpus, node_gbit = STATED_FABRICS[cluster_id]
+    spec = planner.load_cluster(cluster_id).spec
+    assert spec.gpus_per_node == gpus
+    assert spec.scale_out_bandwidth_gb_per_s * 8 * gpus == pytest.approx(node_gbit)
+
+
 VALID_MODEL_YAML = """\
 name: tiny
 layers: 2

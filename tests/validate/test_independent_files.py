@@ -22,6 +22,7 @@ def test_the_independent_set_has_its_files():
         "vtrain.yaml",
         "nemo_summary.yaml",
         "dgxc.yaml",
+        "internevo.yaml",
         *bridge,
     }
 

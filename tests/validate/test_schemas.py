@@ -427,10 +427,10 @@ def test_vendor_words_unhyphenated_spellings_and_compound_names_find_their_key()
         ("Megatron-LM with DeepSpeed ZeRO", "megatron-deepspeed"),
         ("NeMo on DGX Cloud", "nemo"),
         ("NVIDIA", "nvidia"),  # a vendor alone names no framework
-        ("Colossal-AI", "colossal-ai"),  # not in the table: left as it is
+        ("Colossal AI v0.4", "colossal-ai"),
         ("PyTorch torchtitan", "torchtitan"),  # "pytorch" as a vendor word
         ("TorchTitan w/ FSDP2", "torchtitan"),  # "w/" is "with"
-        ("OLMo (PyTorch FSDP)", "pytorch-fsdp"),  # unknown outside, known in parentheses
+        ("Acme LM (PyTorch FSDP)", "pytorch-fsdp"),  # unknown outside, known in parentheses
         ("torch.distributed FSDP2", "fsdp2"),  # the one word that is a key
         ("Megatron-LM core_r0.9.0", "megatron-lm"),
         ("my trainer (internal)", "my-trainer-(internal)"),
