@@ -22,22 +22,11 @@ from planner.resources import MODELS_DIR
 from planner.specs.loading import load_model, shipped_ids
 from planner.specs.model import ModelSpec, MoESpec
 from planner.validate.cases import MOE_NULL_IS_DEFAULT, NULL_IS_DEFAULT
+from planner.validate.inputs import V1_MODEL_KEYS
 
 # the schema 1 model fields (shared/validation/README.md) a model named after a shipped one
 # takes from it where the case leaves them out
-SCHEMA_1_MODEL = (
-    "layers",
-    "hidden",
-    "ffn_hidden",
-    "activation",
-    "heads",
-    "kv_heads",
-    "head_dim",
-    "vocab",
-    "tied_embeddings",
-    "moe",
-    "mla",
-)
+SCHEMA_1_MODEL = (*V1_MODEL_KEYS, "moe")
 
 
 def _name_key(name: str) -> str:

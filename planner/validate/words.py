@@ -66,12 +66,15 @@ RECOMPUTE_ANY = frozenset(
     {"checkpointing", "checkpoint", "checkpointed", "recompute", "recomputation", "remat"}
 )
 # activation tokens: Hugging Face hidden_act names (silu in a gated MLP is SwiGLU), and
-# "glu" or "gated" beside a GELU naming GEGLU
+# "glu" or "gated" beside a GELU naming GEGLU. A plain ReLU (OPT, the original Transformer) is
+# costed as gelu, the schema's one ungated activation of one elementwise pass: the same two
+# GEMMs, one pointwise kernel each way and the same saved input
 ACTIVATION_TOKENS: dict[str, str] = {
     **dict.fromkeys(("swiglu", "silu", "swish"), "swiglu"),
     "geglu": "geglu",
     "gelu": "gelu",
     **dict.fromkeys(("relu2", "squared", "sqrelu"), "relu2"),
+    "relu": "gelu",
 }
 
 
@@ -119,8 +122,8 @@ def activation(text: str) -> str | None:
     named = {ACTIVATION_TOKENS[w] for w in words if w in ACTIVATION_TOKENS}
     if named == {"gelu"} and {"glu", "gated"} & set(words):
         named = {"geglu"}
-    if "squared" in words and "relu" not in words:
-        named.discard("relu2")
+    if "squared" in words:  # "squared ReLU": relu2, not the plain ReLU's gelu
+        named.discard("gelu" if "relu" in words else "relu2")
     return _one(named)
 
 

@@ -89,7 +89,8 @@ def test_a_recompute_phrase_reads_as_the_one_level_it_names(text, read):
         ("GELU (tanh approximation)", "gelu"),
         ("GELU GLU", "geglu"),
         ("squared ReLU", "relu2"),
-        ("relu", None),
+        ("ReLU", "gelu"),  # ungated, one pointwise pass: costed as gelu
+        ("squared", None),
         ("gelu or silu", None),
     ],
 )
