@@ -106,7 +106,8 @@ def _sized(case: Case | CaseV2, notes: list[str]) -> dict[str, int]:
     """The dp and cp that tp*pp*cp*dp = num_gpus gives where the case states them otherwise,
     each noted: a dp that left the EP ranks out multiplied by them (then cp is as stated:
     the factor left over is EP, not CP), else a dp that counted the CP ranks divided by them,
-    a null cp beside a stated dp, and a null dp, implied by the job's size."""
+    a null cp beside a stated dp, a null dp, implied by the job's size, and (schema 1) a
+    stated dp the job's size contradicts where num_gpus is a multiple of tp*pp*cp."""
     dp = dp_without_ep(case)
     if dp is not None:
         notes.append(
@@ -129,8 +130,22 @@ def _sized(case: Case | CaseV2, notes: list[str]) -> dict[str, int]:
             f"layout.cp not stated: {cp}, the GPUs tp*pp*dp = "
             f"{case.layout.tp * case.layout.pp * (case.layout.dp or 1)} leave of num_gpus"
         )
+    copy = case.layout.tp * case.layout.pp * sized.get("cp", case.layout.cp or 1)
+    stated = case.layout.dp
+    if (
+        isinstance(case, Case)
+        and "dp" not in sized
+        and stated is not None
+        and copy * stated != case.num_gpus
+        and case.num_gpus % copy == 0
+    ):  # schema 1: a dp the job's size contradicts; num_gpus (the figure tokens/s/GPU is per)
+        sized["dp"] = case.num_gpus // copy
+        notes.append(
+            f"layout.dp {stated} disagrees with num_gpus {case.num_gpus} (tp*pp*cp*dp = "
+            f"{copy * stated}): costed as dp {sized['dp']}, the GPUs one model copy of tp*pp*cp "
+            f"= {copy} leaves"
+        )
     if case.layout.dp is None:  # implied by the job's size: the GPUs one model copy leaves
-        copy = case.layout.tp * case.layout.pp * (case.layout.cp or 1)
         if case.num_gpus % copy:
             raise PlannerError(
                 "layout.dp",

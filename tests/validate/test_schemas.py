@@ -1161,7 +1161,7 @@ def test_schema_1_reads_an_unstated_sequence_parallelism_as_the_stack_runs_it() 
 def test_an_unstated_context_parallel_size_is_implied_by_a_stated_dp() -> None:
     """A null cp beside a stated dp is the GPUs tp*pp*dp leave (as a null dp is the GPUs a
     model copy leaves): the row costs as if it said so, and says it; where tp*pp*dp already
-    fills the job, cp stays 1, and a remainder is the world-size error."""
+    fills the job, cp stays 1, and a remainder no cp fills leaves dp to num_gpus."""
     given = _v1("llama3.1-8b", num_gpus=16, layout={"tp": 2, "pp": 1, "dp": 4, "cp": 2})
     given["training"]["seq_len"] = 32768
     unstated = copy.deepcopy(given)
@@ -1175,9 +1175,9 @@ def test_an_unstated_context_parallel_size_is_implied_by_a_stated_dp() -> None:
     row = run_case(whole, planner.default_profile, 1)
     assert row["status"] == "ok" and "layout.cp not stated" not in row["reason"], row["reason"]
     odd = copy.deepcopy(unstated)
-    odd["layout"]["dp"] = 3
+    odd["layout"]["dp"] = 3  # no cp fills the rest: the dp num_gpus gives (cp 1)
     row = run_case(odd, planner.default_profile, 1)
-    assert row["status"] == "error" and row["reason"].startswith("layout:"), row["reason"]
+    assert row["status"] == "ok" and "layout.dp 3 disagrees with num_gpus 16" in row["reason"]
 
 
 @pytest.mark.parametrize(
@@ -1243,9 +1243,20 @@ def test_a_stated_dp_that_left_out_the_expert_parallel_ranks_is_read_as_dp_x_ep(
         training={"seq_len": 4096, "global_batch": 512, "recompute": "selective"},
     )
     _assert_dp_read_as_stated(given, 8, "layout.dp 8 leaves out the expert-parallel ranks")
-    _assert_world_size_error(given, dp=4, cp=1)
+    _assert_world_size_error(given, dp=4, cp=3)
     dense = _v1("llama3.1-8b", num_gpus=64, layout={"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1})
-    _assert_world_size_error(dense, dp=8, ep=8)
+    _assert_world_size_error(dense, dp=8, ep=8, cp=3)
+
+
+def test_a_stated_dp_the_job_size_contradicts_is_read_from_num_gpus_in_schema_1() -> None:
+    """Schema 1: a dp with tp*pp*cp*dp != num_gpus that no other reading explains (not the
+    EP or CP ranks left out or counted) is the dp num_gpus gives, tokens/s/GPU being per
+    num_gpus, and the row says so; where num_gpus is no multiple of tp*pp*cp it stays the
+    world-size error, and schema 2 keeps it an error."""
+    given = _v1("llama3.1-8b", num_gpus=64, layout={"tp": 2, "pp": 1, "dp": 32, "cp": 1})
+    _assert_dp_read_as_stated(given, 16, "layout.dp 16 disagrees with num_gpus 64")
+    _assert_dp_read_as_stated(given, 48, "layout.dp 48 disagrees with num_gpus 64")
+    _assert_world_size_error(given, dp=16, cp=3)
 
 
 def test_an_unstated_zero_stage_that_only_zero_3_fits_is_costed_at_the_names_zero_3_code_base():
