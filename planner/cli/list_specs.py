@@ -80,7 +80,7 @@ def framework_rows() -> list[tuple[str, str]]:
             if n == name and not fp8
         ]
         extra += [f"{s} with precision {p}" for (n, p), s in BY_PRECISION.items() if n == name]
-        if stack == NAMED_EXECUTION_OF:
+        if stack in NAMED_EXECUTION_OF:
             extra.append(
                 "named with 'compile' or 'inductor': torchtitan-compiled, with 'async TP': "
                 f"torchtitan-async-tp; either with precision fp8: {NAMED_EXECUTION_FP8}"

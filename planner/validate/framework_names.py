@@ -93,6 +93,17 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "fms-fsdp": "torchtitan-eager",
     "fms": "torchtitan-eager",
     "foundation-model-stack": "torchtitan-eager",
+    # Hugging Face's own trainers: the transformers model (SDPA attention, eager RMSNorm, SwiGLU
+    # and RoPE) under Trainer / Accelerate with DeepSpeed ZeRO or PyTorch FSDP (transformers
+    # src/transformers/trainer.py, accelerate src/accelerate/accelerator.py); axolotl and
+    # LLaMA-Factory launch the same: the deepspeed-zero stack's kernels
+    "accelerate": "deepspeed-zero",
+    "hf-accelerate": "deepspeed-zero",
+    "huggingface-accelerate": "deepspeed-zero",
+    "hf-trainer": "deepspeed-zero",
+    "axolotl": "deepspeed-zero",
+    "llama-factory": "deepspeed-zero",
+    "llamafactory": "deepspeed-zero",
     # Meta lingua (437d680e): FSDP2, the whole model (its loss inside) under torch.compile in
     # the shipped configs (apps/main/configs/llama_7B.yaml compile: true), SDPA
     "lingua": "torchtitan-compiled",

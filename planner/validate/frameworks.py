@@ -136,14 +136,18 @@ NAMED_EXECUTION: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"async[\s-]*tp|asynctp|async[\s-]*tensor"), "torchtitan-async-tp"),
     (re.compile(r"compile|inductor"), "torchtitan-compiled"),
 )
-NAMED_EXECUTION_OF = "torchtitan-eager"  # the stack whose execution the words refine
+# the eager PyTorch stacks whose execution the words refine: FSDP2 (torchtitan-eager) and FSDP1
+# (llm-foundry: "PyTorch FSDP + torch.compile" is compiled kernels, costed as FSDP2 compiled,
+# the shipped stack that compiles; fms-fsdp's compiled table ran so)
+NAMED_EXECUTION_OF = ("torchtitan-eager", "llm-foundry")
 NAMED_EXECUTION_FP8 = "torchtitan-compiled-float8"
 
 
 def named_execution(framework: str, stack: str, precision: str | None) -> str | None:
     """The stack a framework name's own words put in place of ``stack`` (the table's), by
-    :data:`NAMED_EXECUTION`; None where they say nothing or ``stack`` is not the eager one."""
-    if stack != NAMED_EXECUTION_OF:
+    :data:`NAMED_EXECUTION`; None where they say nothing or ``stack`` is not an eager one
+    (:data:`NAMED_EXECUTION_OF`)."""
+    if stack not in NAMED_EXECUTION_OF:
         return None
     words = framework.lower().replace("_", " ")
     named = next((s for pattern, s in NAMED_EXECUTION if pattern.search(words)), None)

@@ -44,6 +44,9 @@ def test_every_entry_stands_for_a_shipped_stack():
         ("JAX (MaxText)", "torchtitan-compiled"),
         ("Levanter", "torchtitan-compiled"),
         ("PaxML", "torchtitan-compiled"),
+        ("HuggingFace Accelerate", "deepspeed-zero"),
+        ("HF Trainer + FSDP", "deepspeed-zero"),
+        ("LLaMA-Factory", "deepspeed-zero"),
     ],
 )
 def test_a_framework_read_from_its_source_is_costed_as_its_stack(published, stack):
@@ -63,3 +66,12 @@ def test_colossal_ai_with_model_parallelism_is_its_hybrid_plugin_not_zero():
     for tp, pp in ((2, 1), (1, 4)):
         stack, note = stack_for_framework("ColossalAI", A100, "bf16", tp=tp, pp=pp)
         assert (stack, note) == ("megatron-deepspeed", None)
+
+
+def test_an_fsdp1_name_that_says_compile_is_costed_compiled():
+    """FSDP1 is llm-foundry's (eager); "PyTorch FSDP + torch.compile" ran compiled kernels: the
+    shipped stack that compiles them (torchtitan-compiled; Float8 at fp8)."""
+    assert stack_for_framework("PyTorch FSDP", H100, "bf16")[0] == "llm-foundry"
+    named = "PyTorch FSDP + torch.compile"
+    assert stack_for_framework(named, H100, "bf16")[0] == "torchtitan-compiled"
+    assert stack_for_framework(named, H100, "fp8")[0] == "torchtitan-compiled-float8"
