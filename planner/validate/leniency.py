@@ -26,7 +26,8 @@ case:
   (hybrid)", "selective (core attention)", "silu_glu") and a cluster written as its GPUs
   ("8x H100 80GB", "DGX A100 40GB") are read as the word they name, where they name one
   (:mod:`planner.validate.words`);
-- a job size left out is the product of the layout's TP, PP, DP and CP;
+- a job size left out is the product of the layout's TP, PP, DP and CP, and a TP or PP size
+  left out (one of them) the one the job's size leaves;
 - a recompute written as a flag (``true``: full, as Megatron-LM's --checkpoint-activations;
   ``false``: none) is read as that level;
 - a ZeRO stage written as what it shards (``ZeRO-1``, ``distributed optimizer``, ``FSDP``,
@@ -365,6 +366,28 @@ def _num_gpus(case: dict[str, Any]) -> list[str]:
     return [f"num_gpus not stated: tp x pp x dp x cp = {case['num_gpus']}"]
 
 
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _model_parallel_size(case: dict[str, Any]) -> list[str]:
+    """A TP or PP size left out (missing or null) where the other sizes, dp and num_gpus are
+    given as numbers: the one num_gpus leaves, where it is whole; what was (both left out stay
+    the fields' error: their split is not stated)."""
+    layout = case.get("layout")
+    if not isinstance(layout, dict) or not _int(case.get("num_gpus")):
+        return []
+    missing = [k for k in ("tp", "pp") if layout.get(k) is None]
+    if len(missing) != 1:
+        return []
+    given = [layout.get(k) for k in ("tp", "pp", "dp") if k not in missing]
+    given.append(layout.get("cp") or 1)
+    if not all(_int(v) for v in given) or case["num_gpus"] % math.prod(given):
+        return []
+    layout[missing[0]] = case["num_gpus"] // math.prod(given)
+    return [f"layout.{missing[0]} not stated: num_gpus / the other sizes = {layout[missing[0]]}"]
+
+
 def forgive(raw: Any) -> tuple[Any, list[str]]:
     """A raw schema 1 case read as this module's docstring says, and the row's note naming
     what was read or left out (none when nothing was). The caller's data is not changed; what
@@ -387,7 +410,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
         done += phrases
     done += _framework_list(out) + _words_as_null(out) + model_by_name(out) + model_name(out)
     done += _zero_word(out) + _recompute_flag(out) + read_phrases(out)
-    done += _grouped_sizes(out) + _num_gpus(out)
+    done += _grouped_sizes(out) + _num_gpus(out) + _model_parallel_size(out)
     if isinstance(out.get("model"), dict):
         done += null_values(out["model"]) + unused_ffn(out["model"])
     if isinstance(out.get("layout"), dict):

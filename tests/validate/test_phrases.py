@@ -225,6 +225,18 @@ def test_a_job_size_left_out_is_the_layouts_product(stated):
     assert _run(raw)["reason"].startswith("num_gpus")
 
 
+@pytest.mark.parametrize("size", ["tp", "pp"])
+def test_a_tp_or_pp_size_left_out_is_the_one_the_job_leaves(size, stated):
+    raw = _case()
+    value = raw["layout"].pop(size)
+    row = _run(raw)
+    assert row["status"] == "ok", row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == stated["predicted_tokens_per_s_per_gpu"]
+    assert f"layout.{size} not stated: num_gpus / the other sizes = {value}" in row["reason"]
+    raw["layout"].pop("pp" if size == "tp" else "tp")  # both left out: their split is unknown
+    assert _run(raw)["status"] == "error"
+
+
 def test_reading_phrases_leaves_the_callers_case_as_it_was():
     raw = _case()
     raw["training"]["precision"] = "fp8 (hybrid)"
