@@ -6,9 +6,10 @@ Each case of a schema 1 file (default: ``../shared/validation/public.yaml`` wher
 else the shipped public cases written back as schema 1) is rewritten in each of the ways below
 (planner/validate/leniency.py and cases.py read them all) and run again; so are the
 independent cases in their schema 1 form (``--independent``, benchmarks/independent_v1.py).
-The table gives, per rewriting, the cases it applies to and how many changed status or
-predicted tokens/s/GPU against the case as written: every count in the last two columns is a
-case a hidden set written that way would have scored differently.
+The table gives, per rewriting, the cases it applies to and how many changed status, predicted
+tokens/s/GPU, or whether and against what figure the case is scored, against the case as
+written: every count in the last three columns is a case a hidden set written that way would
+have scored differently.
 """
 
 from __future__ import annotations
@@ -82,8 +83,10 @@ def _extras(case: dict[str, Any]) -> bool:
 
 
 def _no_provenance(case: dict[str, Any]) -> bool:
-    for key in ("source", "quality", "notes", "scored"):
+    for key in ("source", "quality", "notes"):
         case.pop(key, None)
+    if case.get("scored", True) is True:  # the default; an unscored case keeps saying so
+        case.pop("scored", None)
     return True
 
 
@@ -170,6 +173,18 @@ def _model_by_name(case: dict[str, Any]) -> bool:
     return True
 
 
+def _step_time(case: dict[str, Any]) -> bool:
+    """The measured tokens/s/GPU written as the job's step time, as vTrain publishes it."""
+    tokens = case["measured"].get("tokens_per_s_per_gpu")
+    if not isinstance(tokens, (int, float)):
+        return False
+    training = case["training"]
+    step = training["global_batch"] * training["seq_len"] / (tokens * case["num_gpus"])
+    del case["measured"]["tokens_per_s_per_gpu"]
+    case["measured"]["step_time_s"] = step
+    return True
+
+
 REWRITINGS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "Megatron / Hugging Face field names": _renamed,
     "upper-case layout keys": _upper_layout,
@@ -184,7 +199,13 @@ REWRITINGS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "precision, recompute as phrases": _phrased,
     "cluster as its GPUs": _cluster_as_gpus,
     "model by its name alone": _model_by_name,
+    "measured as the step time": _step_time,
 }
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    """Two measured figures equal up to the rounding a rewriting's arithmetic leaves."""
+    return a == b or (a is not None and b is not None and abs(a - b) <= 1e-6 * abs(b))
 
 
 def as_schema_1(case: dict[str, Any]) -> dict[str, Any]:
@@ -223,10 +244,10 @@ def main(argv: list[str]) -> int:
         cases += _independent()
     base = {c["id"]: run_case(c, planner.default_profile, 1) for c in cases}
     table = Table(title=f"Schema 1 rewritings of {len(cases)} cases")
-    for name in ("rewriting", "cases", "status changed", "prediction changed"):
+    for name in ("rewriting", "cases", "status changed", "prediction changed", "scored changed"):
         table.add_column(name, justify="left" if name == "rewriting" else "right")
     for name, rewrite in REWRITINGS.items():
-        applied = status = predicted = 0
+        applied = status = predicted = scored = 0
         for case in cases:
             written = copy.deepcopy(case)
             if not rewrite(written):
@@ -237,7 +258,12 @@ def main(argv: list[str]) -> int:
             predicted += (
                 row["predicted_tokens_per_s_per_gpu"] != was["predicted_tokens_per_s_per_gpu"]
             )
-        table.add_row(name, f"{applied:,}", f"{status:,}", f"{predicted:,}")
+            measured = (
+                row.get("measured_tokens_per_s_per_gpu"),
+                was.get("measured_tokens_per_s_per_gpu"),
+            )
+            scored += (row.get("scored"), _close(*measured)) != (was.get("scored"), True)
+        table.add_row(name, f"{applied:,}", f"{status:,}", f"{predicted:,}", f"{scored:,}")
     Console(width=120).print(table)
     return 0
 

@@ -28,6 +28,8 @@ case:
   (:mod:`planner.validate.words`);
 - a job size left out is the product of the layout's TP, PP, DP and CP, and a TP or PP size
   left out (one of them) the one the job's size leaves;
+- a case without tokens/s/GPU that gives the job's tokens/s, sequences/s or step time reads
+  its tokens/s/GPU from it (:mod:`planner.validate.throughput`);
 - a recompute written as a flag (``true``: full, as Megatron-LM's --checkpoint-activations;
   ``false``: none) is read as that level;
 - a ZeRO stage written as what it shards (``ZeRO-1``, ``distributed optimizer``, ``FSDP``,
@@ -54,6 +56,7 @@ from planner.specs.base import Spec
 from planner.specs.model import MLASpec, ModelSpec, MoESpec
 from planner.validate.cases import Case, CaseLayout, CaseMeasured, CaseTraining
 from planner.validate.model_fill import model_by_name, model_name, null_values, unused_ffn
+from planner.validate.throughput import per_gpu
 from planner.validate.words import read_phrases
 
 # difflib's similarity ratio at or above which an unknown key is read as the field it nearly
@@ -396,6 +399,9 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
         return raw, []
     out: dict[Any, Any] = dict(raw)
     done: list[str] = []
+    if isinstance(out.get("measured"), dict):  # a job-level figure in place of the scored one
+        out["measured"] = dict(out["measured"])
+        done += per_gpu(out)
     for path, spec in _SECTIONS:
         # sections are read outside in, and each is a fresh dict once read
         holder: Any = out

@@ -242,6 +242,7 @@ def test_reading_phrases_leaves_the_callers_case_as_it_was():
     raw["training"]["precision"] = "fp8 (hybrid)"
     raw["model"] = {"name": "llama-3.1-405b"}
     raw["cluster"] = "8x H100"
+    raw["measured"] = {"step_time_s": 5.0}
     kept = copy.deepcopy(raw)
     forgive(raw)
     assert raw == kept
@@ -254,3 +255,38 @@ def test_schema_2_and_strict_reading_refuse_phrases():
     raw2 = copy.deepcopy(CASES[DENSE])
     raw2["training"]["precision"] = "BF16 mixed"
     assert _run(raw2, schema=2)["status"] == "error"
+
+
+@pytest.mark.parametrize(
+    ("measured", "per_gpu"),
+    [
+        ({"tokens_per_s": "{tokens}"}, "it / num_gpus"),
+        ({"samples_per_second": "{sequences}"}, "it x seq_len / num_gpus"),
+        ({"step_time_s": "{step}"}, "global_batch x seq_len / it / num_gpus"),
+        ({"iteration_time_ms": "{step_ms}"}, "global_batch x seq_len / it / num_gpus"),
+    ],
+)
+def test_a_job_level_throughput_in_place_of_tokens_per_gpu_is_read_per_gpu(measured, per_gpu):
+    raw = _case()
+    tokens = raw["measured"].pop("tokens_per_s_per_gpu")
+    gpus, seq = raw["num_gpus"], raw["training"]["seq_len"]
+    step = raw["training"]["global_batch"] * seq / (tokens * gpus)
+    figures = {"tokens": tokens * gpus, "sequences": tokens * gpus / seq, "step": step}
+    figures["step_ms"] = step * 1e3
+    raw["measured"].update({k: float(v.format(**figures)) for k, v in measured.items()})
+    row = _run(raw)
+    assert row["status"] == "ok" and row["scored"], row["reason"]
+    assert row["measured_tokens_per_s_per_gpu"] == pytest.approx(tokens, rel=1e-6)
+    assert f"read as tokens_per_s_per_gpu = {per_gpu}" in row["reason"]
+
+
+def test_a_per_gpu_figure_wins_over_a_job_level_one():
+    raw = _case()
+    tokens = raw["measured"]["tokens_per_s_per_gpu"]
+    raw["measured"]["tokens_per_s"] = 1.0
+    row = _run(raw)
+    assert row["measured_tokens_per_s_per_gpu"] == tokens
+    del raw["measured"]["tokens_per_s_per_gpu"]
+    raw["measured"]["tokens_per_sec_per_gpu"] = tokens  # another spelling of it
+    row = _run(raw)
+    assert row["measured_tokens_per_s_per_gpu"] == tokens, row["reason"]
