@@ -9,7 +9,8 @@ schema 1 cases (never to schema 2 or under ``--strict``) and names each in the r
   letters and digits, after any Hugging Face organisation: ``meta-llama/Llama-3.1-70B`` is
   ``llama3.1-70b``) takes every schema 1 field it leaves out from that model;
 - a null field that has a default takes the shipped namesake's value, else the default;
-- a model whose every layer routes to experts needs no dense FFN width;
+- a model whose every layer routes to experts needs no dense FFN width, and an MoE block
+  without its experts' width takes the namesake's, else the dense FFN width;
 - a model without a name is named after the case.
 """
 
@@ -104,6 +105,28 @@ def unused_ffn(model: dict[str, Any]) -> list[str]:
     return ["model.ffn_hidden not stated: unused (every layer routes to experts)"]
 
 
+def expert_width(model: dict[str, Any]) -> list[str]:
+    """An MoE block without its experts' FFN width (missing or null): the shipped namesake's,
+    else the model's dense ``ffn_hidden`` (each expert a copy of the dense FFN, as in GShard,
+    Switch and Mixtral, whose Hugging Face config has one ``intermediate_size`` for both);
+    what was."""
+    moe = model.get("moe")
+    if not isinstance(moe, dict) or moe.get("expert_ffn_hidden") is not None:
+        return []
+    name = model.get("name")
+    shipped = (
+        load_model(name) if isinstance(name, str) and name in shipped_ids(MODELS_DIR) else None
+    )
+    if shipped is not None and shipped.moe is not None:
+        moe["expert_ffn_hidden"] = shipped.moe.expert_ffn_hidden
+        return [f"model.moe.expert_ffn_hidden not stated: as in the shipped {name!r}"]
+    width = model.get("ffn_hidden")
+    if isinstance(width, bool) or not isinstance(width, int):
+        return []
+    moe["expert_ffn_hidden"] = width
+    return [f"model.moe.expert_ffn_hidden not stated: the dense ffn_hidden ({width})"]
+
+
 def model_name(case: dict[str, Any]) -> list[str]:
     """A model without a name (missing or null) named after the case's id: the name only
     labels it (and finds a shipped namesake, which an id never is); what was."""
@@ -117,6 +140,7 @@ def model_name(case: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "SCHEMA_1_MODEL",
+    "expert_width",
     "model_by_name",
     "model_name",
     "null_values",
