@@ -56,7 +56,7 @@ from planner.specs.base import Spec
 from planner.specs.model import MLASpec, ModelSpec, MoESpec
 from planner.validate.cases import Case, CaseLayout, CaseMeasured, CaseTraining
 from planner.validate.model_fill import (
-    expert_width,
+    block_fields,
     model_by_name,
     model_name,
     null_values,
@@ -424,7 +424,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
     done += _zero_word(out) + _recompute_flag(out) + read_phrases(out)
     done += _grouped_sizes(out) + _num_gpus(out) + _model_parallel_size(out)
     if isinstance(out.get("model"), dict):
-        done += null_values(out["model"]) + expert_width(out["model"]) + unused_ffn(out["model"])
+        done += null_values(out["model"]) + block_fields(out["model"]) + unused_ffn(out["model"])
     if isinstance(out.get("layout"), dict):
         done += _unused_sizes(out["layout"])
     if isinstance(out.get("measured"), dict):

@@ -9,8 +9,9 @@ schema 1 cases (never to schema 2 or under ``--strict``) and names each in the r
   letters and digits, after any Hugging Face organisation: ``meta-llama/Llama-3.1-70B`` is
   ``llama3.1-70b``) takes every schema 1 field it leaves out from that model;
 - a null field that has a default takes the shipped namesake's value, else the default;
-- a model whose every layer routes to experts needs no dense FFN width, and an MoE block
-  without its experts' width takes the namesake's, else the dense FFN width;
+- a model whose every layer routes to experts needs no dense FFN width, and an MoE or MLA
+  block that leaves out a field it needs takes the namesake's (an MoE block's expert width,
+  without a namesake, the dense FFN width);
 - a model without a name is named after the case.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from planner.resources import MODELS_DIR
 from planner.specs.loading import load_model, shipped_ids
-from planner.specs.model import ModelSpec, MoESpec
+from planner.specs.model import MLASpec, ModelSpec, MoESpec
 from planner.validate.cases import MOE_NULL_IS_DEFAULT, NULL_IS_DEFAULT
 from planner.validate.inputs import V1_MODEL_KEYS
 
@@ -105,26 +106,38 @@ def unused_ffn(model: dict[str, Any]) -> list[str]:
     return ["model.ffn_hidden not stated: unused (every layer routes to experts)"]
 
 
-def expert_width(model: dict[str, Any]) -> list[str]:
-    """An MoE block without its experts' FFN width (missing or null): the shipped namesake's,
-    else the model's dense ``ffn_hidden`` (each expert a copy of the dense FFN, as in GShard,
-    Switch and Mixtral, whose Hugging Face config has one ``intermediate_size`` for both);
-    what was."""
-    moe = model.get("moe")
-    if not isinstance(moe, dict) or moe.get("expert_ffn_hidden") is not None:
-        return []
+def block_fields(model: dict[str, Any]) -> list[str]:
+    """An MoE or MLA block that leaves out a field it needs (missing or null) takes it, and every
+    other field it leaves out, from the shipped namesake's block; an MoE block without its experts' FFN width and no namesake to
+    take it from, the model's dense ``ffn_hidden`` (each expert a copy of the dense FFN, as in
+    GShard, Switch and Mixtral, whose Hugging Face config has one ``intermediate_size`` for
+    both); what was."""
     name = model.get("name")
     shipped = (
         load_model(name) if isinstance(name, str) and name in shipped_ids(MODELS_DIR) else None
     )
-    if shipped is not None and shipped.moe is not None:
-        moe["expert_ffn_hidden"] = shipped.moe.expert_ffn_hidden
-        return [f"model.moe.expert_ffn_hidden not stated: as in the shipped {name!r}"]
-    width = model.get("ffn_hidden")
-    if isinstance(width, bool) or not isinstance(width, int):
-        return []
-    moe["expert_ffn_hidden"] = width
-    return [f"model.moe.expert_ffn_hidden not stated: the dense ffn_hidden ({width})"]
+    done = []
+    for key, spec in (("moe", MoESpec), ("mla", MLASpec)):
+        block = model.get(key)
+        namesake = getattr(shipped, key, None) if shipped is not None else None
+        if not isinstance(block, dict):
+            continue
+        needed = [f for f, info in spec.model_fields.items() if info.is_required()]
+        missing = [f for f in needed if block.get(f) is None]
+        if namesake is not None and missing:  # an incomplete block: every field it leaves out
+            missing += [f for f in spec.model_fields if f not in block and f not in missing]
+            block.update({f: getattr(namesake, f) for f in missing})
+            done.append(
+                f"model.{key} fields {'/'.join(missing)} not stated: as in the shipped {name!r}"
+            )
+        elif key == "moe" and "expert_ffn_hidden" in missing:
+            width = model.get("ffn_hidden")
+            if isinstance(width, int) and not isinstance(width, bool):
+                block["expert_ffn_hidden"] = width
+                done.append(
+                    f"model.moe.expert_ffn_hidden not stated: the dense ffn_hidden ({width})"
+                )
+    return done
 
 
 def model_name(case: dict[str, Any]) -> list[str]:
@@ -140,7 +153,7 @@ def model_name(case: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "SCHEMA_1_MODEL",
-    "expert_width",
+    "block_fields",
     "model_by_name",
     "model_name",
     "null_values",

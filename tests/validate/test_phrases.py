@@ -292,14 +292,22 @@ def test_a_per_gpu_figure_wins_over_a_job_level_one():
     assert row["measured_tokens_per_s_per_gpu"] == tokens, row["reason"]
 
 
-def test_an_moe_block_without_its_expert_width_takes_the_namesakes_else_the_dense_one():
+def test_an_moe_or_mla_block_missing_a_field_takes_the_namesakes_else_the_dense_width():
     moe_case = "bridge2511_gb200_deepseekv3_bf16"  # DeepSeek-V3: experts 2,048 wide, FFN 18,432
     raw = as_schema_1(CASES[moe_case])
     expected = _run(raw)["predicted_tokens_per_s_per_gpu"]
     del raw["model"]["moe"]["expert_ffn_hidden"]
     row = _run(raw)
     assert row["predicted_tokens_per_s_per_gpu"] == expected, row["reason"]
-    assert "expert_ffn_hidden not stated: as in the shipped 'deepseek-v3'" in row["reason"]
+    assert (
+        "model.moe fields expert_ffn_hidden not stated: as in the shipped 'deepseek-v3'"
+        in row["reason"]
+    )
+    mla = as_schema_1(CASES[moe_case])
+    mla["model"]["mla"] = {"kv_lora_rank": mla["model"]["mla"]["kv_lora_rank"]}
+    row = _run(mla)
+    assert row["predicted_tokens_per_s_per_gpu"] == expected, row["reason"]
+    assert "model.mla fields" in row["reason"]
     raw["model"]["name"] = "my-moe"  # no namesake: each expert a copy of the dense FFN
     read, _ = forgive(raw)
     assert read["model"]["moe"]["expert_ffn_hidden"] == raw["model"]["ffn_hidden"]
