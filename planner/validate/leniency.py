@@ -17,7 +17,8 @@ case:
   leading dense layers, layer frequency) takes the shipped model's value where the case's
   model has a shipped namesake, else the default;
 - an interleaving depth written as 0 (a table's "not used") is read as 1, a context- or
-  expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`);
+  expert-parallel size written as 0 as not stated (:data:`ZERO_MEANS`), and a depth no
+  pipeline of the model can have as not stated;
 - a model without a name is named after the case's id, and one whose every layer routes to
   experts needs no dense FFN width; a model written as its name, or leaving out a field it
   needs, takes what it leaves out from the shipped model of that name
@@ -397,6 +398,22 @@ def _model_parallel_size(case: dict[str, Any]) -> list[str]:
     return [f"layout.{missing[0]} not stated: num_gpus / the other sizes = {layout[missing[0]]}"]
 
 
+def _impossible_vpp(case: dict[str, Any]) -> list[str]:
+    """An interleaving depth no pipeline of the model can have (pp x vpp above its layers plus
+    the embedding and loss stages: a table's layers-per-chunk, or a slip) read as not stated,
+    so the tuned depth is costed; what was."""
+    layout, model = case.get("layout"), case.get("model")
+    if not isinstance(layout, dict) or not isinstance(model, dict):
+        return []
+    vpp, pp, layers = layout.get("vpp"), layout.get("pp"), model.get("layers")
+    if not all(_int(v) for v in (vpp, pp, layers)) or pp * vpp <= layers + 2:
+        return []
+    layout["vpp"] = None
+    return [
+        f"layout.vpp {vpp} read as not stated: pp x vpp = {pp * vpp} exceeds the {layers} layers"
+    ]
+
+
 def forgive(raw: Any) -> tuple[Any, list[str]]:
     """A raw schema 1 case read as this module's docstring says, and the row's note naming
     what was read or left out (none when nothing was). The caller's data is not changed; what
@@ -426,7 +443,7 @@ def forgive(raw: Any) -> tuple[Any, list[str]]:
     if isinstance(out.get("model"), dict):
         done += null_values(out["model"]) + block_fields(out["model"]) + unused_ffn(out["model"])
     if isinstance(out.get("layout"), dict):
-        done += _unused_sizes(out["layout"])
+        done += _unused_sizes(out["layout"]) + _impossible_vpp(out)
     if isinstance(out.get("measured"), dict):
         out["measured"], phrases = _figures(out["measured"])
         done += phrases

@@ -309,3 +309,14 @@ def test_an_moe_or_mla_block_missing_a_field_takes_the_namesakes_else_the_dense_
     raw["model"]["name"] = "my-moe"  # no namesake: each expert a copy of the dense FFN
     read, _ = forgive(raw)
     assert read["model"]["moe"]["expert_ffn_hidden"] == raw["model"]["ffn_hidden"]
+
+
+def test_an_interleaving_depth_no_pipeline_of_the_model_can_have_is_tuned():
+    raw = _case()
+    layers, pp = raw["model"]["layers"], raw["layout"]["pp"]
+    raw["layout"]["vpp"] = layers  # pp x vpp far above the layers: a layers-per-chunk, or a slip
+    row = _run(raw)
+    assert row["status"] == "ok", row["reason"]
+    assert f"layout.vpp {layers} read as not stated: pp x vpp = {pp * layers}" in row["reason"]
+    assert "not stated, tuned" in row["reason"]
+    assert _run(raw, strict=True)["status"] == "error"
