@@ -363,6 +363,10 @@ def _unused_sizes(layout: dict[str, Any]) -> list[str]:
     return done
 
 
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def _num_gpus(case: dict[str, Any]) -> list[str]:
     """A job size left out (missing or null) read as the product of the layout's TP, PP, DP
     and CP (1 where not stated) when they are given as numbers; what was."""
@@ -370,14 +374,10 @@ def _num_gpus(case: dict[str, Any]) -> list[str]:
     if case.get("num_gpus") is not None or not isinstance(layout, dict):
         return []
     sizes = [layout.get(k) for k in ("tp", "pp", "dp")] + [layout.get("cp") or 1]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
+    if not all(_int(v) for v in sizes):
         return []
     case["num_gpus"] = math.prod(sizes)
     return [f"num_gpus not stated: tp x pp x dp x cp = {case['num_gpus']}"]
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _model_parallel_size(case: dict[str, Any]) -> list[str]:

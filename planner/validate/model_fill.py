@@ -17,6 +17,7 @@ schema 1 cases (never to schema 2 or under ``--strict``) and names each in the r
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -29,6 +30,17 @@ from planner.validate.inputs import V1_MODEL_KEYS
 # the schema 1 model fields (shared/validation/README.md) a model named after a shipped one
 # takes from it where the case leaves them out
 SCHEMA_1_MODEL = (*V1_MODEL_KEYS, "moe")
+
+
+@functools.lru_cache(maxsize=64)
+def _shipped(name: str) -> ModelSpec | None:
+    return load_model(name) if name in shipped_ids(MODELS_DIR) else None
+
+
+def shipped_model(name: Any) -> ModelSpec | None:
+    """The shipped model whose id is ``name``, else None; read once per name (specs are
+    frozen), as every case of a file with that model asks for it."""
+    return _shipped(name) if isinstance(name, str) else None
 
 
 def _name_key(name: str) -> str:
@@ -55,7 +67,7 @@ def model_by_name(case: dict[str, Any]) -> list[str]:
     shipped = {_name_key(i): i for i in shipped_ids(MODELS_DIR)}.get(_name_key(model["name"]))
     if shipped is None:
         return done
-    spec = load_model(shipped).model_dump()
+    spec = _shipped(shipped).model_dump()
     missing = [f for f in SCHEMA_1_MODEL if f not in model]
     # named as shipped, so the readings that look for a namesake find it (null_values,
     # planner.validate.inputs.v1_model_structure)
@@ -70,9 +82,7 @@ def null_values(model: dict[str, Any]) -> list[str]:
     one (DeepSeek-V3's one shared expert and three dense layers, not none), else the default;
     what was filled, one phrase per field."""
     name = model.get("name")
-    shipped = (
-        load_model(name) if isinstance(name, str) and name in shipped_ids(MODELS_DIR) else None
-    )
+    shipped = shipped_model(name)
     done: list[str] = []
     blocks = [("model.", model, ModelSpec, NULL_IS_DEFAULT, shipped)]
     if isinstance(model.get("moe"), dict):  # a fresh copy already (forgive reads it first)
@@ -108,14 +118,12 @@ def unused_ffn(model: dict[str, Any]) -> list[str]:
 
 def block_fields(model: dict[str, Any]) -> list[str]:
     """An MoE or MLA block that leaves out a field it needs (missing or null) takes it, and every
-    other field it leaves out, from the shipped namesake's block; an MoE block without its experts' FFN width and no namesake to
-    take it from, the model's dense ``ffn_hidden`` (each expert a copy of the dense FFN, as in
-    GShard, Switch and Mixtral, whose Hugging Face config has one ``intermediate_size`` for
-    both); what was."""
+    other field it leaves out, from the shipped namesake's block; an MoE block without its
+    experts' FFN width and no namesake to take it from, the model's dense ``ffn_hidden`` (each
+    expert a copy of the dense FFN, as in GShard, Switch and Mixtral, whose Hugging Face config
+    has one ``intermediate_size`` for both); what was."""
     name = model.get("name")
-    shipped = (
-        load_model(name) if isinstance(name, str) and name in shipped_ids(MODELS_DIR) else None
-    )
+    shipped = shipped_model(name)
     done = []
     for key, spec in (("moe", MoESpec), ("mla", MLASpec)):
         block = model.get(key)
@@ -153,6 +161,7 @@ def model_name(case: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "SCHEMA_1_MODEL",
+    "shipped_model",
     "block_fields",
     "model_by_name",
     "model_name",
