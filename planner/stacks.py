@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from planner.errors import PlannerError
 from planner.schedules import SCHEDULES, default_schedule_name
-from planner.specs.layout import Layout, Training
+from planner.specs.layout import FP8_GATHER_RECIPES, Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import AttentionImpl, StackSpec
 
@@ -46,6 +46,8 @@ STACK_TRAINING_FIELDS = (
     "unfused_elementwise",
     "cross_entropy",
     "fp8_recipe",
+    "fp8_param_gather",
+    "fp8_weight_cache",
     "moe_dispatcher",
     "fp8_dispatch",
     "optimizer_kernel",
@@ -98,6 +100,8 @@ def training_defaults(
         "unfused_elementwise": unfused_chains(stack),
         "cross_entropy": stack.kernels.cross_entropy,
         "fp8_recipe": stack.kernels.fp8_recipe,
+        "fp8_param_gather": stack.kernels.fp8_param_gather and _fp8_gatherable(stack, training),
+        "fp8_weight_cache": stack.kernels.fp8_weight_cache,
         "moe_dispatcher": stack.kernels.moe_dispatcher,
         "fp8_dispatch": stack.kernels.fp8_dispatch,
         "optimizer_kernel": stack.kernels.optimizer,
@@ -118,6 +122,15 @@ def training_defaults(
         modules = mla_modules if mla and mla_modules else None
         out["recompute_modules"] = modules or stack.selective_recompute_modules
     return out
+
+
+def _fp8_gatherable(stack: StackSpec, training: Training) -> bool:
+    """Whether ``training`` under ``stack`` (its precision and recipe, else the stack's) runs
+    fp8 with a recipe whose weights can be gathered cast (layout.FP8_GATHER_RECIPES)."""
+    given = training.model_fields_set
+    precision = training.precision if "precision" in given else stack.precision
+    recipe = training.fp8_recipe if "fp8_recipe" in given else stack.kernels.fp8_recipe
+    return precision == "fp8" and recipe in FP8_GATHER_RECIPES
 
 
 # the submodules Megatron-Core's selective recompute can add to its default set, lightest

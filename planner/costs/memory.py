@@ -176,6 +176,27 @@ class StateBytes:
     optimizer: float
 
 
+def fp8_weight_cache_bytes(training: Training) -> float:
+    """Bytes per layer parameter of the fp8 weight copies kept across micro-batches: 2 (the fp8
+    weight and its fp8 transpose) with ``Training.fp8_weight_cache`` at precision fp8 when the
+    weights are 16-bit, else 0 (ZeRO-3 aside, :func:`state_bytes`).
+
+    Transformer Engine's Linear and GroupedLinear cast a weight on the micro-batch flagged
+    ``is_first_microbatch`` and keep the result in ``_fp8_workspaces`` for the others
+    (transformer_engine/pytorch/module/linear.py, ``quantize_weight`` in module/base.py, TE
+    v2.9); Megatron-Core passes the flag unless ``--disable-parameter-transpose-cache``
+    (megatron/core/extensions/transformer_engine.py). The copy holds the row-wise data and the
+    column-wise one (a transpose on Hopper, whose fp8 GEMMs take only the TN layout; the
+    second block-scaled layout with MXFP8), 1 B each; with tensor scaling on Blackwell, which
+    runs every fp8 GEMM layout (``nvte_is_non_tn_fp8_gemm_supported``), TE keeps no transpose
+    and 2 B over-counts by 1. With ``fp8_param_gather`` the weights themselves are fp8
+    (``Float8Tensor`` parameters, 1 B plus the transpose: the 2 B :data:`WEIGHT_BYTES`
+    counts) and nothing is cached beside them."""
+    if training.precision != "fp8" or training.fp8_param_gather or not training.fp8_weight_cache:
+        return 0.0
+    return 2.0
+
+
 def state_bytes(
     dense_params: float,
     expert_params: float,
@@ -183,6 +204,7 @@ def state_bytes(
     training: Training,
     gathered_params: float = 0.0,
     unreduced_grad_params: float = 0.0,
+    layer_params: float = 0.0,
 ) -> StateBytes:
     """Model state of one GPU holding ``dense_params`` (sharded over DP x CP by ZeRO) and
     ``expert_params`` (sharded over the expert data-parallel group dp*cp/ep).
@@ -193,7 +215,9 @@ def state_bytes(
     reduction dtype (:func:`grad_bytes`): FSDP2 upcasts the unsharded gradient to its
     ``reduce_dtype`` before accumulating (``FSDPParam.to_accumulated_grad_if_needed``,
     torch/distributed/fsdp/_fully_shard/_fsdp_param.py), fp32 under torchtitan's default
-    ``mixed_precision_reduce``.
+    ``mixed_precision_reduce``. ``layer_params``: the transformer layers' parameters on this
+    GPU (no embedding or head), whose fp8 copies :func:`fp8_weight_cache_bytes` counts below
+    ZeRO-3 (TE keeps no copy of a weight FSDP re-gathers).
     """
     shard = layout.dp * layout.cp
     expert_shard = layout.expert_dp
@@ -219,7 +243,8 @@ def state_bytes(
     we, ge, oe = split(expert_params, expert_shard)
     gathered = gathered_params * param_gather_bytes(training) if layout.zero >= 3 else 0.0
     unreduced = unreduced_grad_params * g_b if layout.zero >= 2 else 0.0
-    return StateBytes(wd + we + gathered, gd + ge + unreduced, od + oe)
+    cache = layer_params * fp8_weight_cache_bytes(training) if layout.zero < 3 else 0.0
+    return StateBytes(wd + we + gathered + cache, gd + ge + unreduced, od + oe)
 
 
 def param_gather_bytes(training: Training) -> float:

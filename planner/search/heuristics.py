@@ -53,8 +53,9 @@ def state_gib(model: ModelSpec, s: Structure, training: Training, zero: int = 1)
     """
     layout = Layout(tp=s.tp, pp=s.pp, dp=s.dp, cp=s.cp, ep=s.ep, zero=zero)  # type: ignore[arg-type]
     dense, expert = _param_split(model)
+    dense_local, expert_local = dense / (s.tp * s.pp), expert / (s.pp * s.ep * layout.expert_tp)
     st = memory.state_bytes(
-        dense / (s.tp * s.pp), expert / (s.pp * s.ep * layout.expert_tp), layout, training
+        dense_local, expert_local, layout, training, layer_params=dense_local + expert_local
     )
     return (st.weights + st.grads + st.optimizer) / memory.GIB
 

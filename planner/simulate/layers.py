@@ -193,7 +193,7 @@ def _compute(
         training.dropout,
         training.act_bytes,
         training.unfused_elementwise,
-        not training.fp8_param_gather,
+        not (training.fp8_param_gather or training.fp8_weight_cache),  # cast once a step
     )
     e_f, e_b = compute.memory_bound_time_s(ew, dev, elementwise.BACKWARD_BYTES_FACTOR)
     core = host.core_kernels(training.attention_kernel, attention, training.dropout, fused_softmax)
@@ -410,6 +410,7 @@ COMPUTE_TRAINING = operator.attrgetter(
     "unfused_elementwise",
     "fp8_recipe",
     "fp8_param_gather",
+    "fp8_weight_cache",
 )
 
 

@@ -280,8 +280,9 @@ def memory_peak(
         gathered = unreduced = params.local
     elif layout.zero == 2 and not layout.zero3_reshard_after_forward:
         unreduced = params.local  # ZeRO 2 under the same deferred gradient sync
+    layer_params = params.stage_layers * params.dense_layer_params + params.stage_experts
     st = memory.state_bytes(
-        params.dense, params.stage_experts, layout, training, gathered, unreduced
+        params.dense, params.stage_experts, layout, training, gathered, unreduced, layer_params
     )
     if pp > 1 and not ctx.both_ends:
         # the last stage holds its micro-batches in flight (one, for 1F1B) and the logits

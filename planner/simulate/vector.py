@@ -64,7 +64,8 @@ class _TrainingInfo:
 def _training_consts(sim: BatchSimulator, tr: Training) -> tuple:
     """(weight B, optimizer B, gradient B, gather B, AdamW B, AdamW ops, AdamW B/s, host s/op,
     tokens per step, peak FLOP/s, 1 where the first micro-batch skips the gradient-accumulation
-    pass): the per-Training constants of the vector path."""
+    pass, fp8 weight-cache B per layer parameter): the per-Training constants of the vector
+    path."""
     fp32 = tr.precision == "fp32"
     dev = sim._device(tr)
     return (
@@ -79,6 +80,7 @@ def _training_consts(sim: BatchSimulator, tr: Training) -> tuple:
         tr.tokens_per_step,
         sim.cluster.accelerator.peak_flops_per_s(tr.work_precision),
         1.0 if elementwise.grad_pass_share(tr, 2.0) < 1.0 else 0.0,
+        memory.fp8_weight_cache_bytes(tr),
     )
 
 

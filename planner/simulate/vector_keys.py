@@ -141,6 +141,7 @@ def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:
         o_b=tt[tix, 1],
         g_b=tt[tix, 2],
         gather_b=tt[tix, 3],
+        cache_b=tt[tix, 11],
         shard=shard.astype(np.float64),
         eshard=np.maximum(1, tp * shard // (ep * etp)).astype(np.float64),
         tix=tix,

@@ -65,7 +65,10 @@ def memory_columns(c: Columns, pp: int, zero: int, reshard: bool) -> Columns:
     we, ge, oe = split(c.experts, c.eshard)
     gathered_b = gathered * c.gather_b if zero >= 3 else 0.0
     unreduced_b = unreduced * c.g_b if zero >= 2 else 0.0
-    weights, grads, opt = wd + we + gathered_b, gd + ge + unreduced_b, od + oe
+    weights = wd + we + gathered_b
+    if zero < 3:  # the fp8 weight copies (memory.fp8_weight_cache_bytes)
+        weights = weights + (c.stage_layers * c.dense_layer + c.experts) * c.cache_b
+    grads, opt = gd + ge + unreduced_b, od + oe
     if pp > 1:
         last_act = c.act * c.first / c.vpp * c.last_chunks
         last_total = last_act + c.logits

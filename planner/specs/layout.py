@@ -414,6 +414,15 @@ class Training(_Frozen):
         "needs precision fp8 and fp8_recipe delayed, tensorwise or mxfp8",
     )
 
+    fp8_weight_cache: bool = Field(
+        default=True,
+        description="with precision fp8 and 16-bit weights (no fp8_param_gather, ZeRO below "
+        "3), the fp8 copy of every layer weight stays on the GPU from the step's first "
+        "micro-batch on, with its transpose: 2 B per layer parameter (Transformer Engine "
+        "Linear / GroupedLinear with is_first_microbatch, which Megatron-Core passes; set by "
+        "the stack: on for megatron-core, the default stack, off where fp8 casts per use)",
+    )
+
     @property
     def fp8_gather_conflict(self) -> str | None:
         """Why ``fp8_param_gather`` cannot apply (None: it can, or it is off). Checked once the

@@ -113,6 +113,17 @@ class StackKernels(Spec):
         description="FP8 scaling recipe with precision fp8 (Training.fp8_recipe): delayed, "
         "tensorwise, rowwise, rowwise_gw_hp, mxfp8 or blockwise",
     )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="with precision fp8 (and a recipe whose weights can be gathered cast), the "
+        "stack's fp8 precision preset keeps the weights in fp8 and all-gathers them so "
+        "(Training.fp8_param_gather)",
+    )
+    fp8_weight_cache: bool = Field(
+        default=False,
+        description="the stack's fp8 layers keep each weight's fp8 copy and transpose across "
+        "micro-batches (Training.fp8_weight_cache)",
+    )
     moe_dispatcher: MoeDispatcher = Field(
         default="alltoall",
         description="MoE token dispatch (Training.moe_dispatcher): alltoall, one copy per "

@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, get_args
 
+from planner.costs import memory
 from planner.errors import PlannerError
 from planner.legality import check_layout
 from planner.simulate import simulate_step
 from planner.specs.layout import Layout, Recompute, Training
-from planner.stacks import stack_violations, training_defaults, wider_selective
+from planner.stacks import stack_training, stack_violations, training_defaults, wider_selective
 from planner.validate.inputs import CaseInputs
 
 
@@ -39,19 +40,70 @@ def fitting(
     rep: Any, i: CaseInputs, layout: Layout, training: Training, profile: Any, notes: list[str]
 ) -> tuple[Any, dict[str, Any] | None, tuple[dict[str, Any], ...]]:
     """A measured run fitted. A schema 1 case cannot state the memory savers that leave the
-    step's time as it is or nearly so: reduced AdamW state (Apex / Transformer Engine
+    step's time as it is or nearly so: fp8 weights in place of the bf16 weights and their
+    cached fp8 copies (Megatron ``--fp8-param-gather``), reduced AdamW state (Apex / Transformer Engine
     store_param_remainders, bf16 moments: NeMo 1's dgxc Nemotron-4 340B recipe sets the
     optimizer dtype bf16) or activation offload. Where its stated inputs do not fit, the first
-    that fits, in that order (the fastest first, as unstated knobs are tuned): the largest
-    reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`), else
+    that fits, in that order (the fastest first, as unstated knobs are tuned): fp8 weights, the
+    largest reduced state the stack runs, else the fewest offloaded layers (:func:`_offloaded`), else
     the lightest heavier recompute (:func:`_recomputed`), else host offload where the stack
     runs it (:func:`_host_offloaded`); the row says which. Else ``rep``
     unchanged. With the report, the training change the fallback made (None: none fits), so
     that unstated knobs the stated inputs could not fit are tuned under it, and the changes
     of the other recompute settings that also fit (the run may have used any of them: the
     row's range spans them)."""
-    bf16_weights = training.precision in ("bf16", "fp8")
     stated = _violations(i.stack, layout, training)  # costed as stated: not held against a trial
+    fp8_weights = _fp8_weights(i, training)
+    if fp8_weights is None:
+        return _savers(rep, i, layout, training, profile, notes, stated)
+    # fp8 weights cost nothing (they halve the ZeRO gather): every saver below runs with them
+    found = next(_fits(i, layout, [("", fp8_weights)], profile, stated), None)
+    note = (
+        f"stated inputs need {rep.peak_memory_gib:.1f} GiB of {rep.usable_memory_gib:.1f} "
+        "with the fp8 copies of the weights beside the bf16 ones: schema 1 cannot state fp8 "
+        "weights (Megatron --fp8-param-gather); costed with them"
+    )
+    base = {"fp8_param_gather": True}
+    if found is not None:
+        notes.append(note)
+        return found[1], base, ()
+    got, change, others = _savers(rep, i, layout, fp8_weights, profile, notes, stated)
+    if change is None:
+        return rep, None, ()
+    notes.insert(
+        len(notes) - 1,
+        "schema 1 cannot state fp8 weights (Megatron --fp8-param-gather), which hold no fp8 "
+        "copies beside bf16 ones: costed with them, and then",
+    )
+    return got, {**base, **change}, tuple({**base, **o} for o in others)
+
+
+def _fp8_weights(i: CaseInputs, training: Training) -> Training | None:
+    """``training`` with fp8 weights (``fp8_param_gather``) where, under the case's stack, it
+    keeps fp8 copies of bf16 weights (:func:`planner.costs.memory.fp8_weight_cache_bytes`) and
+    its recipe can gather them; else None."""
+    if i.stack is None:
+        return None
+    applied = stack_training(i.stack, i.model, training)
+    if not memory.fp8_weight_cache_bytes(applied):
+        return None
+    if applied.with_changes(fp8_param_gather=True).fp8_gather_conflict is not None:
+        return None
+    return training.with_changes(fp8_param_gather=True)
+
+
+def _savers(
+    rep: Any,
+    i: CaseInputs,
+    layout: Layout,
+    training: Training,
+    profile: Any,
+    notes: list[str],
+    stated: frozenset[str],
+) -> tuple[Any, dict[str, Any] | None, tuple[dict[str, Any], ...]]:
+    """:func:`fitting`'s chain after fp8 weights: reduced AdamW state, activation offload,
+    heavier recompute, host offload (the first that fits)."""
+    bf16_weights = training.precision in ("bf16", "fp8")
     if bf16_weights and training.optimizer_states == "fp32":
         trials = ((s, training.with_changes(optimizer_states=s)) for s in REDUCED_STATES)
         found = next(_fits(i, layout, trials, profile, stated), None)

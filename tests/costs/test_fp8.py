@@ -99,6 +99,40 @@ def test_stack_sets_the_recipe_and_a_stated_one_wins() -> None:
     )
 
 
+def test_stack_fp8_presets_gather_fp8_weights_and_cache_copies() -> None:
+    """NeMo 2 and Megatron-Bridge fp8 presets set fp8_param_gather (mixed_precision.py), so
+    their fp8 runs keep no extra weight copy; Megatron-Core leaves it off and TE caches the
+    fp8 weights; torchao (torchtitan) casts per GEMM and caches nothing. A stated value wins
+    and a bf16 run or a recipe that cannot gather never gets it."""
+    from planner.stacks import stack_training
+
+    def applied(stack: str, **kw: object) -> Training:
+        base: dict[str, object] = dict(seq_len=2048, global_batch=8)
+        base.update(kw)
+        return stack_training(planner.load_stack(stack), MODEL, Training(**base))
+
+    for name in ("nemo", "megatron-bridge"):
+        tr = applied(name, precision="fp8")
+        assert tr.fp8_param_gather and tr.fp8_weight_cache
+        assert memory.fp8_weight_cache_bytes(tr) == 0.0
+        assert not applied(name, precision="bf16").fp8_param_gather
+        assert not applied(name, precision="fp8", fp8_recipe="rowwise").fp8_param_gather
+        assert not applied(name, precision="fp8", fp8_param_gather=False).fp8_param_gather
+    core = applied("megatron-core", precision="fp8")
+    assert not core.fp8_param_gather and memory.fp8_weight_cache_bytes(core) == 2.0
+    titan = applied("torchtitan-compiled-float8")
+    assert memory.fp8_weight_cache_bytes(titan) == 0.0
+    # the copies show in the predicted peak: Megatron-Core fp8 holds more than NeMo fp8
+    layout = Layout(dp=8, zero=1)
+    peak = {
+        s: planner.simulate(
+            MODEL, CLUSTER, layout, _train(global_batch=64), stack=planner.load_stack(s)
+        ).memory_breakdown_gib["weights"]
+        for s in ("megatron-core", "nemo")
+    }
+    assert peak["megatron-core"] > 1.5 * peak["nemo"]
+
+
 def test_compiled_loss_holds_less_than_eager_and_more_than_in_place() -> None:
     per = {k: memory.LOSS_BYTES_PER_LOGIT[k](2.0) for k in memory.LOSS_BYTES_PER_LOGIT}
     assert per["in_place"] < per["compiled"] < per["fp32_copy"] < per["fp32_log_softmax"]

@@ -168,17 +168,47 @@ def test_fp8_keeps_grads_and_optimizer(zero):
     """FP8 changes GEMM inputs, not the fp32 main gradient or the Adam state."""
     w16, g16, o16 = _per_param(zero, 8)
     w8, g8, o8 = _per_param(zero, 8, precision="fp8")
-    assert w8 >= w16
+    assert w8 >= w16  # the fp8 copies, where kept (test_fp8_weight_cache_adds_...)
     assert (g8, o8) == pytest.approx((g16, o16))
 
 
 @pytest.mark.parametrize("zero", [0, 3])
 def test_fp8_weights_stay_in_compute_dtype(zero):
-    """No cached fp8 weight copy is counted: Transformer Engine casts weights per GEMM and the
-    saving of fp8 goes to saved GEMM inputs (docs/model.md)."""
-    w16, _, _ = _per_param(zero, 8)
-    w8, _, _ = _per_param(zero, 8, precision="fp8")
+    """Without a weight cache (torchao, llm-foundry's TE layers without is_first_microbatch)
+    fp8 keeps 16-bit weights and casts them per GEMM; the saving goes to saved GEMM inputs."""
+    w16, _, _ = _per_param(zero, 8, fp8_weight_cache=False)
+    w8, _, _ = _per_param(zero, 8, precision="fp8", fp8_weight_cache=False)
     assert w8 == pytest.approx(w16)
+
+
+def _cached(zero: int, **training_kw) -> float:
+    """Weight bytes per parameter, all of them layer parameters, with the fp8 weight cache."""
+    layout = Layout(dp=8, zero=zero)
+    training = Training(seq_len=1024, global_batch=8, fp8_weight_cache=True, **training_kw)
+    return memory.state_bytes(P, 0.0, layout, training, layer_params=P).weights / P
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_fp8_weight_cache_adds_the_copy_and_its_transpose(zero):
+    """Transformer Engine keeps each weight's fp8 copy and transpose across micro-batches
+    (is_first_microbatch): 2 B per layer parameter beside the 2 B bf16 weight."""
+    assert _cached(zero, precision="fp8") == pytest.approx(4.0)
+    assert _cached(zero, precision="bf16") == pytest.approx(2.0)  # nothing cached in bf16
+    # fp8 weights (fp8_param_gather) are the copy: no second one
+    assert _cached(zero, precision="fp8", fp8_param_gather=True) == pytest.approx(2.0)
+
+
+def test_fp8_weight_cache_is_not_kept_for_re_gathered_weights():
+    """ZeRO-3 / FSDP re-gathers each weight per use; TE keeps no copy of it."""
+    assert _cached(3, precision="fp8") == pytest.approx(2.0 / 8)
+    # only layer parameters are cached: an embedding table is not a TE linear
+    layout, tr = (
+        Layout(dp=8, zero=1),
+        Training(seq_len=1024, global_batch=8, precision="fp8", fp8_weight_cache=True),
+    )
+    assert memory.state_bytes(P, 0.0, layout, tr, layer_params=P / 4).weights == pytest.approx(
+        2.0 * P + 2.0 * P / 4
+    )
 
 
 def test_gradient_dtype():

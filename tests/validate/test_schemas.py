@@ -788,10 +788,11 @@ def _no_fit_without_recompute(schema: int, micro_batch: int) -> dict:
     )
 
 
-def _costed_with(raw: dict, recompute: str) -> planner.StepReport:
-    """The case's stated inputs with ``recompute`` (the stack's selective modules)."""
+def _costed_with(raw: dict, recompute: str, **change: object) -> planner.StepReport:
+    """The case's stated inputs with ``recompute`` (the stack's selective modules) and any
+    other training ``change``."""
     inputs = case_inputs(parse_case(raw, 1))
-    training = inputs.training.with_changes(recompute=recompute)
+    training = inputs.training.with_changes(recompute=recompute, **change)
     lay, tr = apply_stack(inputs.stack, inputs.model, inputs.layout, training)
     return planner.simulate(inputs.model, inputs.cluster, lay, tr, stack=inputs.stack)
 
@@ -886,7 +887,9 @@ def test_schema_1_widens_selective_recompute_before_raising_it_to_full() -> None
     assert row["status"] == "ok", row["reason"]
     assert "costed with recompute selective (core_attn, layernorm, mla_up_proj)" in row["reason"]
     assert not _costed_with(raw, "selective").fits
-    full = _costed_with(raw, "full").tokens_per_s_per_gpu
+    # Megatron-Core fp8: costed with fp8 weights first (FP8_NOTE), the recompute under them
+    assert FP8_NOTE in row["reason"]
+    full = _costed_with(raw, "full", fp8_param_gather=True).tokens_per_s_per_gpu
     assert row["predicted_tokens_per_s_per_gpu"] > full
     lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
     assert lo <= full * (1 + 1e-4) and hi == pytest.approx(row["predicted_tokens_per_s_per_gpu"])
@@ -1339,3 +1342,52 @@ def test_a_value_published_under_another_name_reads_as_that_value(
     raw[section][field] = "zzz"  # a word naming no value (planner/validate/words.py)
     row = run_case(raw, planner.default_profile, 1)
     assert row["status"] == "error" and row["reason"].startswith(f"{section}.{field}")
+
+
+# ------------------------------------------- fp8 weights, the first schema 1 fallback
+# A Megatron-Core fp8 case whose bf16 weights and their cached fp8 copies do not fit is costed
+# with fp8 weights (Megatron --fp8-param-gather), which schema 1 cannot state, before any slower
+# saver; NeMo and Megatron-Bridge already run them (their fp8 presets); schema 2 states them.
+
+FP8_NOTE = "schema 1 cannot state fp8 weights"
+
+
+def _fp8(recompute: str, framework: str = "megatron-core") -> dict:
+    """Llama 3.1 8B on 8 H100, tp 1 x dp 8, ZeRO 1, 8192 tokens, fp8: with full recompute
+    79.1 GiB with bf16 weights and their fp8 copies, 65 GiB with fp8 weights (78.6 usable)."""
+    return _v1(framework=framework, training={"recompute": recompute, "precision": "fp8"})
+
+
+def test_fp8_weights_alone_make_the_stated_inputs_fit() -> None:
+    row = run_case(_fp8("full"), planner.default_profile, 1)
+    assert row["status"] == "ok", row["reason"]
+    assert FP8_NOTE in row["reason"] and "costed with them" in row["reason"]
+    assert "recompute" not in row["reason"].split(FP8_NOTE)[1]  # nothing slower was needed
+    assert row["predicted_peak_memory_gib"] < 78.6
+
+
+def test_the_other_savers_run_with_fp8_weights() -> None:
+    # selective does not fit even with fp8 weights; the recompute fallback then widens the
+    # selective set under them (bf16 weights plus copies would need full recompute)
+    row = run_case(_fp8("selective"), planner.default_profile, 1)
+    reason = row["reason"]
+    assert row["status"] == "ok", reason
+    assert reason.index(FP8_NOTE) < reason.index("costed with recompute selective (")
+    lo, hi = row["predicted_range_tokens_per_s_per_gpu"]
+    assert lo <= row["predicted_tokens_per_s_per_gpu"] <= hi
+
+
+def test_no_fp8_weights_reading_where_the_stack_has_them_or_no_copies() -> None:
+    # NeMo's fp8 preset gathers fp8 weights already; bf16 keeps no fp8 copies
+    nemo = run_case(_fp8("full", "nemo"), planner.default_profile, 1)
+    assert nemo["status"] == "ok" and FP8_NOTE not in nemo["reason"]
+    bf16 = _v1(training={"recompute": "full", "precision": "bf16"})
+    assert FP8_NOTE not in run_case(bf16, planner.default_profile, 1)["reason"]
+
+
+def test_schema_2_states_fp8_weights_and_gets_no_reading() -> None:
+    raw = _v2(training={"recompute": "full", "precision": "fp8"})
+    row = run_case(raw, planner.default_profile, 2)
+    assert row["status"] == "infeasible" and "out of memory" in row["reason"]
+    raw["training"]["fp8_param_gather"] = True
+    assert run_case(raw, planner.default_profile, 2)["status"] == "ok"
