@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from planner.costs import compute, elementwise, host_offload
+from planner.costs import compute, elementwise, host_offload, memory
 from planner.errors import PlannerError
 from planner.report import StepReport
 from planner.schedules import Schedule
@@ -39,6 +39,11 @@ def default_assumptions(layout: Layout, training: Training) -> list[str]:
     ]
     if training.precision == "fp8":
         gather = ", weights all-gathered in fp8" if training.fp8_param_gather else ""
+        if memory.fp8_weight_cache_bytes(training) and layout.zero < 3:
+            gather += (
+                ", the weights' fp8 copies and transposes kept across micro-batches "
+                "(2 B per layer parameter, in the weights' memory)"
+            )
         wgrad = ", weight gradients in bf16" if training.fp8_recipe == "rowwise_gw_hp" else ""
         notes.append(
             f"FP8 recipe {training.fp8_recipe} (cast bytes: planner/costs/fp8.py){wgrad}{gather}"
