@@ -499,3 +499,21 @@ def test_vocabulary_padding_is_written_where_megatron_pads_and_stated_where_noth
         padded = _stated(writer(MODEL, GPUS, plain, TRAINING))
         assert any("training.vocab_multiple = 128" in s and "128,512" in s for s in padded), writer
         assert not any("vocab_multiple" in s for s in _stated(writer(MODEL, GPUS, plain, unpadded)))
+
+
+def test_megatron_args_state_the_fp8_recipe_and_fp8_weights() -> None:
+    """Megatron-LM's --fp8-recipe (delayed is its default) and --fp8-param-gather are written
+    when the training asks for them; a torchao-only recipe is stated as not expressed."""
+    lay = Layout(tp=2, dp=8, zero=1)
+
+    def lines(**kw: Any) -> list[str]:
+        tr = Training(seq_len=4096, global_batch=64, precision="fp8", **kw)
+        return megatron_args(MODEL, GPUS, lay, tr).splitlines()
+
+    plain = lines()
+    assert "--fp8-format hybrid" in plain
+    assert not any(x.startswith(("--fp8-recipe", "--fp8-param-gather")) for x in plain)
+    assert "--fp8-recipe mxfp8" in lines(fp8_recipe="mxfp8")
+    assert "--fp8-param-gather" in lines(fp8_recipe="tensorwise", fp8_param_gather=True)
+    rowwise = lines(fp8_recipe="rowwise")
+    assert any(NOT_EXPRESSED in x and "rowwise" in x for x in rowwise)

@@ -84,6 +84,16 @@ def _zero_and_precision_args(layout: Layout, training: Training) -> list[str]:
         lines.append("--fp16")
     elif training.precision == "fp8":
         lines += ["--bf16", "--fp8-format hybrid"]
+        # Megatron-Core Fp8Recipe (megatron/core/enums.py): delayed, tensorwise, mxfp8, blockwise
+        if training.fp8_recipe in ("tensorwise", "mxfp8", "blockwise"):
+            lines.append(f"--fp8-recipe {training.fp8_recipe}")
+        elif training.fp8_recipe != "delayed":
+            lines.append(
+                f"# training.fp8_recipe = {training.fp8_recipe}: {NOT_EXPRESSED} (a torchao "
+                "recipe; Megatron-Core's are delayed, tensorwise, mxfp8, blockwise)"
+            )
+        if training.fp8_param_gather:
+            lines.append("--fp8-param-gather")
     if training.precision in ("bf16", "fp8") and training.grad_reduce_dtype == "fp32":
         lines.append("--accumulate-allreduce-grads-in-fp32")
     if training.optimizer_states != "fp32":
