@@ -209,6 +209,16 @@ def attention_time_s(
     return fwd, bwd
 
 
+def attention_span(seq_len: float, window: int | None) -> float:
+    """The sequence length whose causal attention has the per-query work of ``seq_len`` tokens
+    under a sliding ``window`` (None: none): a query of a causal length-S attention sees S / 2
+    keys on average, one in a window band sees ``window``, so the band runs as a causal
+    attention of 2 x window tokens (the efficiency curve of :func:`attention_time_s` was fitted
+    on causal attention: FlashAttention tiles a band of w keys as it tiles a causal 2w).
+    Below that length the window changes nothing."""
+    return min(seq_len, 2.0 * window) if window else seq_len
+
+
 # Megatron's fused scale-mask-softmax kernel (megatron/model/fused_softmax.py
 # FusedScaleMaskSoftmax.is_kernel_available, Megatron-LM 2755bcb87b and both Megatron-DeepSpeed
 # forks; Megatron-LM v2.5 capped the keys at 2048): 16-bit input, 16 < keys <= 4096, queries and

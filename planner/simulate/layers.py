@@ -1,9 +1,8 @@
 """Layer costs: seconds of one layer for one micro-batch on one GPU, by category and pass.
 
-Each distinct layer kind is costed once (``LayerCosts``) and weighted by its share of the
-stack (:func:`mean_costs`). Forward and backward are kept apart, and the backward's
-weight-gradient GEMMs (W) apart from the rest (I), for the schedules that run them apart.
-"""
+Each distinct layer kind is costed once (``LayerCosts``) and weighted by its share of the stack
+(:func:`mean_costs`). Forward and backward are kept apart, and the backward's weight-gradient
+GEMMs (W) apart from the rest (I), for the schedules that run them apart."""
 
 from __future__ import annotations
 
@@ -180,8 +179,9 @@ def _compute(
             fused_softmax,
         )
     else:
+        span = compute.attention_span(training.seq_len, getattr(layer.mixer, "window", None))
         a_f, a_b = compute.attention_time_s(
-            lf.attention_fwd_flops, training.seq_len, dev, head_dim=flops.attention_head_dim(model)
+            lf.attention_fwd_flops, span, dev, head_dim=flops.attention_head_dim(model)
         )
     ew = elementwise.layer_elementwise(
         model,

@@ -95,3 +95,27 @@ def test_every_channel_kind_has_registered_costs_and_they_agree_with_the_layer()
     kept, router = channel_costs(MoEMLP()).activations(model, MoEMLP(), 100.0, 2.0, set())
     assert kept > 0 and router == 100.0 * model.moe.experts * 4
     assert channel_costs(MoEMLP()).activations(model, MoEMLP(), 100.0, 2.0, {"moe"}) == (0, 0)
+
+
+def test_a_window_band_runs_at_the_efficiency_of_its_short_keys() -> None:
+    """A sliding window of w keys per query tiles like a causal attention of 2w tokens: its
+    FLOPs fall with w, its efficiency too (the per-tile cost a long sequence amortises), so at
+    seq 4096 a window-128 layer's attention takes more than its FLOP share of a full layer's."""
+    from planner.costs import compute
+    from planner.simulate.layers import layer_costs
+    from planner.simulate.stages import make_context
+
+    assert compute.attention_span(4096, None) == 4096
+    assert compute.attention_span(4096, 128) == 256
+    assert compute.attention_span(4096, 4096) == 4096  # a window past the sequence: no change
+    model = planner.load_model("gpt-oss-120b")
+    cluster = planner.load_cluster("dgx-h100")
+    layout, training = Layout(dp=8), Training(seq_len=4096, global_batch=8)
+    ctx = make_context(model, cluster, layout, training, planner.default_profile(cluster))
+    full, band = (
+        layer_costs(model, layout, training, layer, ctx.dev, ctx.fabric, ctx.groups)
+        for layer in (model.layer_groups[0].layers[1], model.layer_groups[0].layers[0])
+    )
+    flop_share = 128 / 2048  # w keys per query against S / 2 for causal attention
+    share = band.attention / full.attention
+    assert flop_share * 1.5 < share < 1.0
