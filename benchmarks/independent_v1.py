@@ -57,6 +57,11 @@ LAYOUT_DEFAULTS = {
 }
 
 
+def _pct(value: float | None) -> str:
+    """A MAPE for the table: one decimal, or '-' where no case was scored."""
+    return "-" if value is None else f"{value:.1f}"
+
+
 def to_v1(case: dict) -> dict:
     """``case`` (schema 2) with only the fields schema 1 has."""
     stack = planner.load_stack(case["stack"])
@@ -108,8 +113,8 @@ def main(argv: list[str] | None = None) -> None:
             row["scored"] = case.get("scored", True)
         s1, s2 = summarize(v1), summarize(v2)
         print(
-            f"{path.name:26} {len(cases):4d} {s1['n_ok']:6d} {s1['mape_pct'] or 0:10.1f} "
-            f"{s2['n_ok']:6d} {s2['mape_pct'] or 0:10.1f}"
+            f"{path.name:26} {len(cases):4d} {s1['n_ok']:6d} {_pct(s1['mape_pct']):>10} "
+            f"{s2['n_ok']:6d} {_pct(s2['mape_pct']):>10}"
         )
         missed += [r for r in v1 if r["status"] != "ok"]
         all_v1 += v1
@@ -121,8 +126,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
     s1, s2 = summarize(all_v1), summarize(all_v2)
     print(
-        f"{'all':26} {len(all_v1):4d} {s1['n_ok']:6d} {s1['mape_pct'] or 0:10.1f} "
-        f"{s2['n_ok']:6d} {s2['mape_pct'] or 0:10.1f}"
+        f"{'all':26} {len(all_v1):4d} {s1['n_ok']:6d} {_pct(s1['mape_pct']):>10} "
+        f"{s2['n_ok']:6d} {_pct(s2['mape_pct']):>10}"
     )
     for r in missed:
         print(f"not ok in schema 1 form: {r['id']}: {r['status']}: {r['reason'][:300]}")
