@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from planner.errors import PlannerError
 from planner.schedules import SCHEDULES, default_schedule_name
-from planner.specs.layout import FP8_GATHER_RECIPES, Layout, Training
+from planner.specs.layout import Layout, Training, fp8_gatherable
 from planner.specs.model import ModelSpec
 from planner.specs.stack import AttentionImpl, StackSpec
 
@@ -126,11 +126,11 @@ def training_defaults(
 
 def _fp8_gatherable(stack: StackSpec, training: Training) -> bool:
     """Whether ``training`` under ``stack`` (its precision and recipe, else the stack's) runs
-    fp8 with a recipe whose weights can be gathered cast (layout.FP8_GATHER_RECIPES)."""
+    fp8 with a recipe whose weights can be gathered cast (:func:`layout.fp8_gatherable`)."""
     given = training.model_fields_set
     precision = training.precision if "precision" in given else stack.precision
     recipe = training.fp8_recipe if "fp8_recipe" in given else stack.kernels.fp8_recipe
-    return precision == "fp8" and recipe in FP8_GATHER_RECIPES
+    return fp8_gatherable(precision, recipe)
 
 
 # the submodules Megatron-Core's selective recompute can add to its default set, lightest

@@ -39,6 +39,14 @@ GradAccumulationAdd = Literal["none", "main_grad", "autograd"]
 # recipes whose weights can be all-gathered already cast (one scale per tensor, or blocks that
 # serve both GEMM layouts): torchao enable_fsdp_float8_all_gather is tensorwise-only
 FP8_GATHER_RECIPES = ("delayed", "tensorwise", "mxfp8")
+
+
+def fp8_gatherable(precision: str, fp8_recipe: str) -> bool:
+    """Whether weights trained at ``precision`` with ``fp8_recipe`` can be all-gathered already
+    cast to fp8 (``Training.fp8_param_gather``): fp8 with one of :data:`FP8_GATHER_RECIPES`."""
+    return precision == "fp8" and fp8_recipe in FP8_GATHER_RECIPES
+
+
 UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add", "expert_bias"]
 Zero3Collectives = Literal["per_layer", "per_layer_copy_out", "per_tensor_list"]
 CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
@@ -427,9 +435,7 @@ class Training(_Frozen):
     def fp8_gather_conflict(self) -> str | None:
         """Why ``fp8_param_gather`` cannot apply (None: it can, or it is off). Checked once the
         stack has set the precision and recipe (:func:`planner.stacks.stack_training`)."""
-        if not self.fp8_param_gather or (
-            self.precision == "fp8" and self.fp8_recipe in FP8_GATHER_RECIPES
-        ):
+        if not self.fp8_param_gather or fp8_gatherable(self.precision, self.fp8_recipe):
             return None
         return (
             f"fp8_param_gather needs precision fp8 with fp8_recipe one of "

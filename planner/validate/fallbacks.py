@@ -18,7 +18,7 @@ from planner.costs import memory
 from planner.errors import PlannerError
 from planner.legality import check_layout
 from planner.simulate import simulate_step
-from planner.specs.layout import Layout, Recompute, Training
+from planner.specs.layout import Layout, Recompute, Training, fp8_gatherable
 from planner.stacks import stack_training, stack_violations, training_defaults, wider_selective
 from planner.validate.inputs import CaseInputs
 
@@ -87,7 +87,7 @@ def _fp8_weights(i: CaseInputs, training: Training) -> Training | None:
     applied = stack_training(i.stack, i.model, training)
     if not memory.fp8_weight_cache_bytes(applied):
         return None
-    if applied.with_changes(fp8_param_gather=True).fp8_gather_conflict is not None:
+    if not fp8_gatherable(applied.precision, applied.fp8_recipe):
         return None
     return training.with_changes(fp8_param_gather=True)
 
