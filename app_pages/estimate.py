@@ -23,6 +23,7 @@ from planner.divisors import divisors
 from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.fixes import NO_FIX, Fix, memory_fixes
 from planner.legality import check_layout
+from planner.render.simulation import rank_memory_text
 from planner.report import StepReport
 from planner.safe_io import dumps_strict
 from planner.specs.base import MAX_POWER_W
@@ -275,6 +276,9 @@ def show_report(
         )
     else:
         st.warning(misfit_text(report, fixes or []))
+    by_rank = rank_memory_text(report)
+    if by_rank:
+        st.caption(by_rank[0].upper() + by_rank[1:] + ".")
     left, right = st.columns(2)
     capacity = cluster.accelerator.hbm_capacity_gib
     left.vega_lite_chart(

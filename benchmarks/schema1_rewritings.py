@@ -218,6 +218,7 @@ def as_schema_1(case: dict[str, Any]) -> dict[str, Any]:
         raw["layout" if knob in ("vpp", "zero", "ep") else "training"][knob] = None
     raw.pop("power_limit_w", None)
     raw["measured"].pop("peak_memory_kind", None)
+    raw["measured"].pop("peak_memory_rank", None)
     return raw
 
 

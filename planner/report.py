@@ -76,6 +76,9 @@ class StepReport:
     reported_peak: str = ""  # which peak the stack's own logs report: allocated or reserved
     # MFU against the training precision's dense peak where it differs from bf16's (fp8); None
     mfu_training_precision_pct: float | None = None
+    # allocated GiB at each pipeline rank's own peak (first, middle: the busiest one, last; or
+    # only), of which the largest is peak_memory_gib
+    memory_by_stage_gib: dict[str, float] = field(default_factory=dict)
     # the plan this report summarises: per rank, chunk and pass (not part of to_dict)
     plan: StepPlan | None = field(default=None, repr=False, compare=False)
 

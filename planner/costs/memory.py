@@ -283,6 +283,29 @@ def logits_bytes(model: ModelSpec, layout: Layout, training: Training) -> float:
     return tokens * padded_vocab(model, layout, training) / layout.tp * per_element
 
 
+def mtp_activation_bytes(
+    model: ModelSpec, layout: Layout, training: Training, layer: LayerSpec
+) -> float:
+    """Bytes the multi-token-prediction modules keep for backward for one micro-batch on the
+    last rank, beside the main head's logits: each module's transformer layer (``layer``, the
+    model's last kind, under the step's recompute: Megatron-Core checkpoints an MTP layer as
+    its blocks, ``MultiTokenPredictionLayer._checkpointed_forward``), the concatenated input of
+    its 2h -> h projection and the two norm inputs that make it (DeepSeek-V3, arXiv
+    2412.19437, section 2.2). Each module's head also holds its logits until backward
+    (Megatron-Core computes its loss in the same forward as the main one: ``process_mtp_loss``,
+    megatron/core/transformer/multi_token_prediction.py): :func:`logits_bytes` per module, which
+    the caller adds to the main head's."""
+    if not model.mtp_layers:
+        return 0.0
+    per = layer_activation_bytes(model, layout, training, layer)
+    if training.recompute != "full":
+        tok = training.micro_batch * training.seq_len / layout.cp
+        seq_split = layout.tp if layout.sequence_parallel else 1
+        gin = 1.0 if training.precision == "fp8" else 2.0
+        per += tok * model.hidden * (2.0 * gin + 4.0) / seq_split * training.act_bytes / 2.0
+    return model.mtp_layers * per
+
+
 # bytes per logit the loss holds at its peak, by cross-entropy kernel, given the activation bytes
 LOSS_BYTES_PER_LOGIT = {
     "fp32_copy": lambda act: act + 4.0,

@@ -157,6 +157,16 @@ def render_time(console: Console, report: StepReport) -> None:
     console.print(table)
 
 
+def rank_memory_text(report: StepReport) -> str | None:
+    """'allocated peak by pipeline rank: first 58.93 GiB, last 55.40 GiB' where the report
+    costs more than one rank (middle: the busiest of them), else None."""
+    by_rank = report.memory_by_stage_gib
+    if len(by_rank) < 2:
+        return None
+    parts = ", ".join(f"{name} {gib:,.2f} GiB" for name, gib in by_rank.items())
+    return f"allocated peak by pipeline rank: {parts}"
+
+
 def render_memory(console: Console, report: StepReport) -> None:
     """Per-GPU memory (GiB) on the peak pipeline stage against usable HBM, with the verdict."""
     usable = report.usable_memory_gib or 1.0
@@ -178,6 +188,9 @@ def render_memory(console: Console, report: StepReport) -> None:
     )
     table.add_row("usable HBM", _fmt(report.usable_memory_gib, 2), "100.0")
     console.print(table)
+    by_rank = rank_memory_text(report)
+    if by_rank:
+        console.print(escape(by_rank))
     headroom = report.memory_headroom_gib
     if report.fits:
         console.print(f"[bold green]fits[/]: {headroom:,.2f} GiB headroom")

@@ -193,7 +193,7 @@ class _Layers:
 
     kinds: list[tuple[LayerSpec, float]]
     act_layer: float  # activation bytes per layer and micro-batch
-    terms: tuple[float, float]  # activation_terms
+    terms: tuple[float, float, float]  # activation_terms
 
 
 class BatchSimulator:
@@ -374,7 +374,7 @@ class BatchSimulator:
         params = self._params.get(pkey)
         if params is None:
             params = self._params[pkey] = params_per_gpu(ctx, stack)
-        mem, stage_name = memory_peak(ctx, stack, params, part.terms)
+        mem, stage_name, _ = memory_peak(ctx, stack, params, part.terms)
         return mem, stage_name, sum(mem.values()), params
 
     def _pp_send(self, key: tuple, ctx: Context) -> float:

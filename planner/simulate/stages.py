@@ -253,7 +253,8 @@ def pp_send_s(ctx: Context) -> float:
 
 @dataclass(slots=True)
 class Params:
-    """Parameters held per GPU on the bottleneck rank's layer count."""
+    """Parameters held per GPU: on the bottleneck rank's layer count (``stage_layers``, what
+    the step's time costs), and each pipeline rank's own (:meth:`rank`, what its memory holds)."""
 
     stage_layers: float
     dense_layer_params: float  # per layer, averaged over the stack
@@ -261,6 +262,11 @@ class Params:
     first_dense: float
     last_dense: float
     stage_experts: float
+    # each rank's own layer count (first, last, busiest middle) and what its edges add
+    rank_layers: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    first_extra: float = 0.0  # dense parameters beyond the layers: the embedding
+    last_extra: float = 0.0  # the head (untied or on another rank) and the MTP modules
+    last_extra_experts: float = 0.0  # the MTP modules' experts
 
     @property
     def dense(self) -> float:
@@ -269,6 +275,15 @@ class Params:
     @property
     def local(self) -> float:
         return self.dense + self.stage_experts
+
+    def rank(self, name: str) -> tuple[float, float, float]:
+        """(layers, dense parameters, expert parameters) per GPU on the pipeline rank ``name``
+        (first, last or middle) of a looped placement, at its own layer count."""
+        k = ("first", "last", "middle").index(name)
+        n = self.rank_layers[k]
+        dense = n * self.dense_layer_params + (self.first_extra, self.last_extra, 0.0)[k]
+        experts = n * self.expert_layer_params + (0.0, self.last_extra_experts, 0.0)[k]
+        return n, dense, experts
 
 
 def params_per_gpu(ctx: Context, stack: Stack) -> Params:
@@ -286,29 +301,30 @@ def params_per_gpu(ctx: Context, stack: Stack) -> Params:
         dense_layer_params += w * dense_k
         expert_layer_params += w * expert_k
     emb_params = flops.padded_vocab(model, layout, ctx.training) * model.hidden / layout.tp
+    head = emb_params if (layout.pp > 1 or not model.tied_embeddings) else 0.0
+    mtp_dense = mtp_experts = 0.0
+    if model.mtp_layers:  # the MTP modules live on the last stage
+        mtp_d, mtp_e = layer_params_per_gpu(model, stack.kinds[-1][0], layout)
+        mtp_dense = model.mtp_layers * (mtp_d + 2 * model.hidden**2 / layout.tp)
+        mtp_experts = model.mtp_layers * mtp_e
     first_dense = stage_layers * dense_layer_params + emb_params
-    last_dense = stage_layers * dense_layer_params + (
-        emb_params if (layout.pp > 1 or not model.tied_embeddings) else 0.0
-    )
+    last_dense = stage_layers * dense_layer_params + head + mtp_dense
     if ctx.both_ends:
         first_dense = stage_layers * dense_layer_params + emb_params * (
             1 if model.tied_embeddings else 2
         )
-        last_dense = first_dense
-    stage_experts = stage_layers * expert_layer_params
-    if model.mtp_layers:  # the MTP modules live on the last stage
-        mtp_dense, mtp_experts = layer_params_per_gpu(model, stack.kinds[-1][0], layout)
-        last_dense += model.mtp_layers * (mtp_dense + 2 * model.hidden**2 / layout.tp)
-        stage_experts += model.mtp_layers * mtp_experts
-        if ctx.both_ends:
-            first_dense = last_dense
+        first_dense = last_dense = first_dense + mtp_dense
     return Params(
         stage_layers,
         dense_layer_params,
         expert_layer_params,
         first_dense,
         last_dense,
-        stage_experts,
+        stage_layers * expert_layer_params + mtp_experts,
+        tuple(float(n) for n in stage_counts(ctx)),
+        emb_params,
+        head + mtp_dense,
+        mtp_experts,
     )
 
 

@@ -68,7 +68,7 @@ def build_step(
     plan = timed_plan(ctx, ranks, specs, recipe, bottleneck, params, dp)
     step, breakdown = plan.step_time_s, dict(plan.breakdown_s)
     mfu, hfu, mf_tok, tps = utilisation(ctx, stack, step)
-    mem, stage_name = memory_peak(ctx, stack, params)
+    mem, stage_name, by_rank = memory_peak(ctx, stack, params)
     peak_mem = sum(mem.values())
     usable = cluster.accelerator.hbm_usable_gib
     fits = peak_mem <= usable
@@ -95,6 +95,7 @@ def build_step(
         memory_breakdown_gib=mem,
         peak_memory_gib=peak_mem,
         peak_memory_stage=stage_name,
+        memory_by_stage_gib=by_rank,
         usable_memory_gib=usable,
         fits=fits,
         feasibility=feas,
@@ -238,9 +239,10 @@ def flops_per_token(ctx: Context, stack: Stack) -> tuple[float, float]:
     return mf_tok, mf_tok - saving + recompute_per_tok
 
 
-def activation_terms(ctx: Context, stack: Stack) -> tuple[float, float]:
+def activation_terms(ctx: Context, stack: Stack) -> tuple[float, float, float]:
     """(bytes of the one layer full recompute rebuilds at a time, 0 without it; bytes of one
-    micro-batch's logits at the loss)."""
+    micro-batch's logits at the loss, the main head's and each MTP module's; bytes the MTP
+    modules keep besides, :func:`planner.costs.memory.mtp_activation_bytes`)."""
     model, layout, training = ctx.model, ctx.layout, ctx.training
     full_one = 0.0
     if training.recompute == "full":
@@ -249,16 +251,21 @@ def activation_terms(ctx: Context, stack: Stack) -> tuple[float, float]:
             memory.layer_activation_bytes(model, layout, no_recompute, layer)
             for layer, _ in stack.kinds
         )
-    return full_one, memory.logits_bytes(model, layout, training)
+    logits = memory.logits_bytes(model, layout, training) * (1 + model.mtp_layers)
+    mtp = memory.mtp_activation_bytes(model, layout, training, stack.kinds[-1][0])
+    return full_one, logits, mtp
 
 
 def memory_peak(
-    ctx: Context, stack: Stack, params: Params, terms: tuple[float, float] | None = None
-) -> tuple[dict[str, float], str]:
-    """(GiB by category on the peak rank, which rank: first, middle, last or only). ``terms``:
-    :func:`activation_terms`' result when the caller has it."""
+    ctx: Context, stack: Stack, params: Params, terms: tuple[float, float, float] | None = None
+) -> tuple[dict[str, float], str, dict[str, float]]:
+    """(GiB by category on the peak rank, which rank: first, middle, last or only, the GiB
+    total of each pipeline rank the peak was chosen from). Each looped pipeline rank holds its
+    own layers' parameters and states (the embedding on the first, the head and MTP modules on
+    the last) and its own activations in flight. ``terms``: :func:`activation_terms`' result
+    when the caller has it."""
     layout, training = ctx.layout, ctx.training
-    full_one, logits_mem = terms or activation_terms(ctx, stack)
+    full_one, logits_mem, mtp_act = terms or activation_terms(ctx, stack)
     pp, vpp, m = layout.pp, ctx.vpp, ctx.microbatches
     first_layers, last_layers, middle_layers = stage_counts(ctx)
     in_flight = memory.layers_in_flight(first_layers, pp, vpp, m, ctx.schedule)
@@ -272,47 +279,61 @@ def memory_peak(
     activations = stack.act_layer * in_flight
     if training.recompute == "full":
         activations += full_one  # one layer recomputed at a time
-    # ZeRO-3: the unsharded parameters of the layer being computed
-    gathered = unreduced = 0.0
-    if layout.zero >= 3 and layout.zero3_reshard_after_forward:
-        gathered = params.dense_layer_params + params.expert_layer_params
-    elif layout.zero >= 3:  # the stage stays gathered; its gradients wait for the last backward
-        gathered = unreduced = params.local
-    elif layout.zero == 2 and not layout.zero3_reshard_after_forward:
-        unreduced = params.local  # ZeRO 2 under the same deferred gradient sync
-    layer_params = params.stage_layers * params.dense_layer_params + params.stage_experts
-    st = memory.state_bytes(
-        params.dense, params.stage_experts, layout, training, gathered, unreduced, layer_params
-    )
     if pp > 1 and not ctx.both_ends:
-        # the last stage holds its micro-batches in flight (one, for 1F1B) and the logits
+        # the last stage holds its micro-batches in flight (one, for 1F1B), the logits and
+        # the MTP modules of one micro-batch
         last_act = (
             stack.act_layer * last_layers / vpp * ctx.schedule.peak_chunks(pp - 1, pp, vpp, m)
         )
-        peaks = [("first", activations, 0.0), ("last", last_act, logits_mem)]
+        last_act = last_act + mtp_act
+        ranks = [("first", activations, 0.0), ("last", last_act, logits_mem)]
         if pp > 2:
             # the second rank holds one micro-batch fewer than the first, of its own layers:
             # the peak where the middle ranks carry more layers than the edges
             mid_act = stack.act_layer * memory.layers_in_flight(
                 middle_layers, pp, vpp, m, ctx.schedule, rank=1
             )
-            peaks.insert(1, ("middle", mid_act + full_one, 0.0))
-        stage_name, act_peak, logit_peak = max(peaks, key=lambda p: p[1] + p[2])
-    elif pp > 1:  # V placement: rank 0 holds the first and the last chunk
-        stage_name, act_peak, logit_peak = "first", activations, logits_mem
-    else:
-        stage_name, act_peak, logit_peak = "only", activations, logits_mem
-    overhead = memory.OVERHEAD_FIXED_BYTES + memory.OVERHEAD_ACTIVATION_FRACTION * act_peak
+            ranks.insert(1, ("middle", mid_act + full_one, 0.0))
+        tables = {
+            name: _rank_memory(ctx, params, params.rank(name), act, logits)
+            for name, act, logits in ranks
+        }
+    else:  # one rank, or a V: rank 0 holds the first and the last chunk
+        name = "first" if pp > 1 else "only"
+        local = (params.stage_layers, params.dense, params.stage_experts)
+        tables = {name: _rank_memory(ctx, params, local, activations + mtp_act, logits_mem)}
+    totals = {name: sum(t.values()) for name, t in tables.items()}
+    stage_name = max(totals, key=totals.__getitem__)
+    return tables[stage_name], stage_name, totals
+
+
+def _rank_memory(
+    ctx: Context, params: Params, local: tuple[float, float, float], act: float, logits: float
+) -> dict[str, float]:
+    """GiB by category of one rank holding ``local`` (layers, dense parameters, expert
+    parameters per GPU), ``act`` activation bytes and ``logits`` bytes at its peak."""
+    layout, training = ctx.layout, ctx.training
+    n_layers, dense, experts = local
+    # ZeRO-3: the unsharded parameters of the layer being computed
+    gathered = unreduced = 0.0
+    if layout.zero >= 3 and layout.zero3_reshard_after_forward:
+        gathered = params.dense_layer_params + params.expert_layer_params
+    elif layout.zero >= 3:  # the stage stays gathered; its gradients wait for the last backward
+        gathered = unreduced = dense + experts
+    elif layout.zero == 2 and not layout.zero3_reshard_after_forward:
+        unreduced = dense + experts  # ZeRO 2 under the same deferred gradient sync
+    layer_params = n_layers * params.dense_layer_params + experts
+    st = memory.state_bytes(dense, experts, layout, training, gathered, unreduced, layer_params)
+    overhead = memory.OVERHEAD_FIXED_BYTES + memory.OVERHEAD_ACTIVATION_FRACTION * act
     g = memory.GIB
-    mem = {
+    return {
         "weights": st.weights / g,
         "gradients": st.grads / g,
         "optimizer_states": st.optimizer / g,
-        "activations": act_peak / g,
-        "logits": logit_peak / g,
+        "activations": act / g,
+        "logits": logits / g,
         "overhead": overhead / g,
     }
-    return mem, stage_name
 
 
 def placement_text(size: int, per_domain: int, domains: int) -> str:

@@ -50,9 +50,9 @@ def table(memo: dict, name: str) -> np.ndarray:
     return cached
 
 
-def mid_row(part) -> tuple[float, float, float]:  # noqa: ANN001 - a batch._Layers
-    full_one, logits = part.terms
-    return (part.act_layer, full_one, logits)
+def mid_row(part) -> tuple[float, float, float, float]:  # noqa: ANN001 - a batch._Layers
+    full_one, logits, mtp = part.terms
+    return (part.act_layer, full_one, logits, mtp)
 
 
 def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
@@ -84,6 +84,9 @@ def new_pid(vp: VectorPass, mid: int, pp: int, i: int) -> int | None:
             bucket,
             *hp,
             *deferred,
+            *params.rank("first"),
+            *params.rank("last"),
+            *params.rank("middle"),
         )
     )
     memo["pid_params"].append(params)
@@ -111,7 +114,7 @@ def new_flight(memo: dict, layers: int, pp: int, vpp: int, m: int, sched) -> int
 
 
 # the columns of the memo's "mid_num" rows (mid_row) and "pid_num" rows (new_pid), in order
-MID_COLUMNS = ("act", "full_one", "logits")
+MID_COLUMNS = ("act", "full_one", "logits", "mtp")
 PID_COLUMNS = ("dense", "experts", "dense_layer", "expert_layer", "local", "stage_layers", "bucket")
 # the bf16 -> fp32 gradient pass of a layer and of a vocabulary table (data_parallel.hp_grad_pass,
 # before its ZeRO condition, which time_columns applies per group)
@@ -119,12 +122,15 @@ PID_COLUMNS += ("hp_layer", "hp_table")
 # the accumulation pass under a deferred gradient sync, first micro-batch and each later one
 # (data_parallel.deferred_accumulation)
 PID_COLUMNS += ("dfa_layer_1", "dfa_layer_n", "dfa_table_1", "dfa_table_n")
+# each pipeline rank's own (layers, dense, expert parameters): stages.Params.rank
+PID_COLUMNS += tuple(
+    f"{r}_{k}" for r in ("first", "last", "mid") for k in ("n", "dense", "experts")
+)
 
 
 def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:
     """The memory columns of the rows ``r`` (ROW fields) of one pipeline depth."""
     memo = vp.memo
-    layers = vp.sim.model.layers
     mids, pidx, fidx, tix = r[:, ROW.mid], r[:, ROW.pid], r[:, ROW.fid], r[:, ROW.tix]
     mt, pt, ft, tt = (table(memo, n) for n in ("mid_num", "pid_num", "flight_num", "tconsts"))
     tp, cp, dp, ep, etp = (r[:, k] for k in (ROW.tp, ROW.cp, ROW.dp, ROW.ep, ROW.etp))
@@ -135,7 +141,6 @@ def memory_inputs(vp: VectorPass, pp: int, r: np.ndarray) -> Columns:
         in_flight=ft[fidx, 0],
         last_chunks=ft[fidx, 1],
         mid_in_flight=ft[fidx, 2],
-        first=pipeline.layers_on_edge_stage(layers, pp) if pp > 1 else layers,
         vpp=r[:, ROW.vpp].astype(np.float64),
         w_b=tt[tix, 0],
         o_b=tt[tix, 1],

@@ -36,58 +36,74 @@ class Columns:
 
 
 def memory_columns(c: Columns, pp: int, zero: int, reshard: bool) -> Columns:
-    """``memory_peak`` of every candidate: ``table`` (GiB by category, MEM_KEYS order),
-    ``total`` (their sum), ``stage`` (0 first, 1 last, 2 only, 3 middle)."""
+    """``memory_peak`` of every candidate: ``table`` (GiB by category, MEM_KEYS order, of the
+    peak rank), ``total`` (their sum), ``stage`` (0 first, 1 last, 2 only, 3 middle)."""
     activations = c.act * c.in_flight
     activations = activations + c.full_one  # 0 unless full recompute (activation_terms)
+    if pp == 1:
+        table, total = _rank_columns(
+            c, zero, reshard, c.stage_layers, c.dense, c.experts, activations + c.mtp, c.logits
+        )
+        return Columns(table=table, total=total, stage=np.full(len(total), 2))
+    last_act = c.act * c.last_n / c.vpp * c.last_chunks
+    last_act = last_act + c.mtp  # the MTP modules of one micro-batch
+    ranks = [
+        (0, c.first_n, c.first_dense, c.first_experts, activations, 0.0),
+        (1, c.last_n, c.last_dense, c.last_experts, last_act, c.logits),
+    ]
+    if pp > 2:
+        mid_act = c.act * c.mid_in_flight + c.full_one
+        ranks.insert(1, (3, c.mid_n, c.mid_dense, c.mid_experts, mid_act, 0.0))
+    found = [_rank_columns(c, zero, reshard, *r[1:]) for r in ranks]
+    totals = np.column_stack([total for _, total in found])
+    k = np.argmax(totals, axis=1)  # the first of equal totals, as max() over the ranks
+    rows = np.arange(len(k))
+    table = np.stack([t for t, _ in found])[k, rows]
+    stage = np.array([r[0] for r in ranks])[k]
+    return Columns(table=table, total=totals[rows, k], stage=stage)
+
+
+def _rank_columns(
+    c: Columns, zero: int, reshard: bool, n: Any, dense: Any, experts: Any, act: Any, logits: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """step._rank_memory over columns: (GiB by category, their sum) of one pipeline rank."""
+    local = dense + experts
     if zero >= 3 and reshard:
         gathered, unreduced = c.dense_layer + c.expert_layer, 0.0
     elif zero >= 3:
-        gathered = unreduced = c.local
+        gathered = unreduced = local
     elif zero == 2 and not reshard:  # the gradient sync deferred to the last micro-batch
-        gathered, unreduced = 0.0, c.local
+        gathered, unreduced = 0.0, local
     else:
         gathered = unreduced = 0.0
 
-    def split(params: np.ndarray, n: np.ndarray) -> tuple:
+    def split(params: np.ndarray, shard: np.ndarray) -> tuple:
         w = params * c.w_b
         g = params * c.g_b
         o = params * c.o_b
         if zero >= 3:
-            w = w / n
+            w = w / shard
         if zero >= 2:
-            g = g / n
+            g = g / shard
         if zero >= 1:
-            o = o / n
+            o = o / shard
         return w, g, o
 
-    wd, gd, od = split(c.dense, c.shard)
-    we, ge, oe = split(c.experts, c.eshard)
+    wd, gd, od = split(dense, c.shard)
+    we, ge, oe = split(experts, c.eshard)
     gathered_b = gathered * c.gather_b if zero >= 3 else 0.0
     unreduced_b = unreduced * c.g_b if zero >= 2 else 0.0
     weights = wd + we + gathered_b
     if zero < 3:  # the fp8 weight copies (memory.fp8_weight_cache_bytes)
-        weights = weights + (c.stage_layers * c.dense_layer + c.experts) * c.cache_b
+        weights = weights + (n * c.dense_layer + experts) * c.cache_b
     grads, opt = gd + ge + unreduced_b, od + oe
-    if pp > 1:
-        last_act = c.act * c.first / c.vpp * c.last_chunks
-        last_total = last_act + c.logits
-        mid_act = c.act * c.mid_in_flight + c.full_one if pp > 2 else -np.inf
-        first = (activations >= mid_act) & (activations >= last_total)
-        mid = ~first & (mid_act >= last_total)
-        act_peak = np.where(first, activations, np.where(mid, mid_act, last_act))
-        logit_peak = np.where(first | mid, 0.0, c.logits)
-        stage = np.where(first, 0, np.where(mid, 3, 1))
-    else:
-        act_peak, logit_peak = activations, c.logits
-        stage = np.full(len(activations), 2)
-    overhead = memory.OVERHEAD_FIXED_BYTES + memory.OVERHEAD_ACTIVATION_FRACTION * act_peak
+    overhead = memory.OVERHEAD_FIXED_BYTES + memory.OVERHEAD_ACTIVATION_FRACTION * act
     g = memory.GIB
-    parts = [weights / g, grads / g, opt / g, act_peak / g, logit_peak / g, overhead / g]
-    n = len(activations)
-    parts = [np.broadcast_to(p, (n,)) for p in parts]
+    parts = [weights / g, grads / g, opt / g, act / g, logits / g, overhead / g]
+    size = len(c.tix)
+    parts = [np.broadcast_to(p, (size,)) for p in parts]
     total = parts[0] + parts[1] + parts[2] + parts[3] + parts[4] + parts[5]
-    return Columns(table=np.column_stack(parts), total=total, stage=stage)
+    return np.column_stack(parts), total
 
 
 def exposed(comm: np.ndarray, window: np.ndarray, contention: float, frac: Any = 0.0) -> Any:

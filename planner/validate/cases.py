@@ -23,6 +23,7 @@ from planner.specs.model import ModelSpec, MoESpec
 SCHEMAS = (1, 2)
 Knob = Literal["micro_batch", "vpp", "recompute", "zero", "ep"]
 MemoryKind = Literal["allocated", "reserved"]
+MemoryRank = Literal["first", "last"]
 
 
 def case_section(name: str, spec: type[Spec], required: tuple[str, ...], doc: str) -> type[Spec]:
@@ -76,11 +77,22 @@ class CaseMeasuredV2(CaseMeasured):
         "max_memory_reserved); required with peak_memory_gib",
     )
 
+    peak_memory_rank: MemoryRank | None = Field(
+        default=None,
+        description="the pipeline rank whose peak the source logged: first (global rank 0) or "
+        "last (Megatron's TensorBoard / W&B writer, the last rank); absent: the largest over "
+        "the ranks (torchtitan's published tables), or a run without a pipeline",
+    )
+
     @model_validator(mode="after")
     def _kind_with_peak(self) -> CaseMeasuredV2:
         if self.peak_memory_gib is not None and self.peak_memory_kind is None:
             raise ValueError(
                 "peak_memory_kind: required with peak_memory_gib (allocated, reserved)"
+            )
+        if self.peak_memory_rank is not None and self.peak_memory_gib is None:
+            raise ValueError(
+                "peak_memory_rank: only with peak_memory_gib (leave it out, or state the peak)"
             )
         return self
 
@@ -266,5 +278,6 @@ __all__ = [
     "CaseV2",
     "Knob",
     "MemoryKind",
+    "MemoryRank",
     "case_section",
 ]

@@ -363,6 +363,9 @@ def _case_result(
     pred = rep.tokens_per_s_per_gpu
     meas = case.measured.tokens_per_s_per_gpu
     peak = rep.peak_reserved_gib if memory_kind == "reserved" else rep.peak_memory_gib
+    rank = getattr(case.measured, "peak_memory_rank", None)
+    if rank is not None:
+        peak = _rank_peak(rep, rank, peak, notes)
     out.update(
         {
             "status": "ok" if rep.fits else "infeasible",
@@ -386,6 +389,24 @@ def _case_result(
     if meas is not None:
         out["in_band"] = bool(band[0] <= meas <= band[1])
     return out
+
+
+def _rank_peak(rep: Any, rank: str, peak: float, notes: list[str]) -> float:
+    """The predicted peak of the pipeline rank ``rank`` (first or last) the source logged, of
+    the kind ``peak`` is (allocated or reserved): the rank's allocated peak scaled as the peak
+    is. Without a pipeline the one rank; under a V placement, whose ranks the report does not
+    split, the peak (said in the row)."""
+    by_rank = rep.memory_by_stage_gib
+    if "only" in by_rank:
+        return peak
+    if rank not in by_rank:
+        notes.append(
+            f"measured peak_memory_rank {rank}: the placement's ranks are not costed apart, "
+            "compared with the peak over the ranks"
+        )
+        return peak
+    notes.append(f"memory compared on the {rank} pipeline rank, as the source logged it")
+    return by_rank[rank] * (peak / rep.peak_memory_gib)
 
 
 def validate_cases(
