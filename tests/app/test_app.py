@@ -177,6 +177,12 @@ def test_estimate_pipeline_timeline_has_stages() -> None:
     assert {"forward", "bubble (idle)", "optimizer step"} <= names
     assert set(gantt["data"][0]["y"]) == {f"stage {s}" for s in range(1, 5)}
     assert any("schematic" in c.value.lower() for c in at.caption)
+    # each pipeline rank's allocated peak, the largest of which is the metric
+    (ranks,) = [c.value for c in at.caption if c.value.startswith("Allocated peak by")]
+    assert "first" in ranks and "middle" in ranks and "last" in ranks
+    peak = float(_metric(at, "Memory per GPU").split()[0])
+    gibs = [float(part.split()[1]) for part in ranks.split(": ")[1].rstrip(".").split(", ")]
+    assert max(gibs) == pytest.approx(peak, rel=0.01)
 
 
 def test_estimate_selective_recompute_modules_change_memory() -> None:

@@ -58,6 +58,7 @@ def test_simulate_readme_example_prints_tables(capsys: pytest.CaptureFixture[str
         "step time",
         "llama3.1-70b",
         "usable HBM",
+        "allocated peak by pipeline rank: first",
         "compute_gemm",
         "Group placement",
         "MFU = model FLOPs per token",
@@ -72,6 +73,9 @@ def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["tokens_per_s_per_gpu"] > 0
     assert set(data["time_breakdown_s"]) >= {"compute_gemm", "tp_comm", "pipeline_bubble"}
     assert "weights" in data["memory_breakdown_gib"]
+    ranks = data["memory_by_stage_gib"]  # pp 4: each rank's allocated peak
+    assert set(ranks) == {"first", "middle", "last"}
+    assert max(ranks.values()) == pytest.approx(data["peak_memory_gib"])
     assert data["layout"]["dp"] == 32  # derived: 1024 / (8 * 4 * 1)
     assert data["training"]["seq_len"] == 8192
     assert data["model"]["name"] == "llama3.1-70b"
