@@ -53,7 +53,7 @@ def fitting(
     of the other recompute settings that also fit (the run may have used any of them: the
     row's range spans them)."""
     stated = _violations(i.stack, layout, training)  # costed as stated: not held against a trial
-    fp8_weights = _fp8_weights(i, training)
+    fp8_weights = _fp8_weights(i, layout, training)
     if fp8_weights is None:
         return _savers(rep, i, layout, training, profile, notes, stated)
     # fp8 weights cost nothing (they halve the ZeRO gather): every saver below runs with them
@@ -78,11 +78,12 @@ def fitting(
     return got, {**base, **change}, tuple({**base, **o} for o in others)
 
 
-def _fp8_weights(i: CaseInputs, training: Training) -> Training | None:
+def _fp8_weights(i: CaseInputs, layout: Layout, training: Training) -> Training | None:
     """``training`` with fp8 weights (``fp8_param_gather``) where, under the case's stack, it
-    keeps fp8 copies of bf16 weights (:func:`planner.costs.memory.fp8_weight_cache_bytes`) and
+    keeps fp8 copies of bf16 weights (:func:`planner.costs.memory.fp8_weight_cache_bytes`;
+    none at ZeRO-3, whose re-gathered weights TE does not cache, ``memory.state_bytes``) and
     its recipe can gather them; else None."""
-    if i.stack is None:
+    if i.stack is None or layout.zero >= 3:
         return None
     applied = stack_training(i.stack, i.model, training)
     if not memory.fp8_weight_cache_bytes(applied):

@@ -1391,3 +1391,13 @@ def test_schema_2_states_fp8_weights_and_gets_no_reading() -> None:
     assert row["status"] == "infeasible" and "out of memory" in row["reason"]
     raw["training"]["fp8_param_gather"] = True
     assert run_case(raw, planner.default_profile, 2)["status"] == "ok"
+
+
+def test_no_fp8_weights_reading_at_zero3() -> None:
+    # ZeRO-3 re-gathers each weight and TE caches no copy of it (memory.state_bytes): the
+    # fallback that drops the copies has nothing to drop, and the next saver is costed alone
+    raw = _v1(layout={"zero": 3}, training={"recompute": "none", "precision": "fp8"})
+    raw["training"]["micro_batch"] = 2
+    row = run_case(raw, planner.default_profile, 1)
+    assert row["status"] == "ok" and "offloaded layers" in row["reason"]
+    assert FP8_NOTE not in row["reason"]
