@@ -71,6 +71,12 @@ def _internevo_group(row: dict) -> str:
     return " ".join(row["id"].split("_")[4:6] + row["id"].split("_")[6:7][:1])
 
 
+def _mlperf_group(row: dict) -> str:
+    """An MLPerf run's group: its round, benchmark and cluster (mlperf<round>_<who>_<model>_...)."""
+    parts = row["id"].split("_")
+    return f"v{parts[0][6]}.{parts[0][7]} {parts[2]} {row['cluster']}"
+
+
 BULK = {
     "vtrain.yaml": (
         "vTrain measured iterations (Bang et al. 2024), Megatron-DeepSpeed, A100",
@@ -87,6 +93,11 @@ BULK = {
     "internevo.yaml": (
         "InternLM / InternEvo 7B throughput and FLOPS tables (2023-07), 8-1,024 A100 on RoCE",
         _internevo_group,
+    ),
+    "mlperf.yaml": (
+        "MLPerf Training v3.0-v5.1 LLM pre-training, NVIDIA's NeMo code (GPT-3 175B, Llama 3.1 "
+        "405B / 8B; 64-11,616 GPUs)",
+        _mlperf_group,
     ),
 }
 

@@ -160,6 +160,16 @@ NOTES = """\
   2025-05 +23..+28% on H100 and +71..+166% on GB200, where it ran at 10% MFU in NeMo 25.04's
   first DeepSeek-V3 recipe). And 11 rows of the NeMo performance summary's 25.04 and 25.07
   GB200 tables: 6.8% (stack `nemo` runs Megatron FSDP since: three of them use it).
+* **MLPerf Training's LLM pre-training results** (2026-12-07, independent, `mlperf.yaml`: 34
+  configurations of NVIDIA's NeMo submissions and partners' on the same code, v3.0-v5.1, read
+  from the result logs' training blocks): 8.8% (median 3.5%). GPT-3 175B on 512-11,616 H100
+  2.8-3.2% in v3.1 and v4.0, +12..+17% in v3.0 (an older NeMo on the same layouts; the planner
+  has no software version) and -8..-11% in v4.1; Llama 3.1 405B on 256-8,192 H100 / H200 /
+  GB200 1-4%. Missed: Llama 3.1 8B strong-scaled to 512 GB200 / GB300 (one sequence per
+  model replica, a 90 ms step) +63% and +78%, where the same recipe on 72 GPUs is +4%: the
+  data-parallel traffic across eight NVL72 racks is costed hierarchically (NVLink, then 1/32
+  of it per NIC) and mostly hidden behind the backward; the measured step has about 35 ms the
+  planner does not place.
 * **Small models where the host binds: vTrain's 1,549 measured runs** (2026-12-06; Bang et al.
   2024, Megatron-DeepSpeed on A100, `benchmarks/vtrain_import.py`; their own table below the
   curated one). At micro-batch 1 a layer's forward, recompute and backward took 3.3-3.9 ms
