@@ -25,6 +25,7 @@ def test_the_independent_set_has_its_files():
         "internevo.yaml",
         "megatron_ci.yaml",
         "mlperf.yaml",
+        "olmo_core.yaml",
         *bridge,
     }
 
