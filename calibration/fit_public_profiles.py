@@ -13,7 +13,9 @@ their sources so the fit is reproducible from this repository alone. No validati
   (scipy.optimize.curve_fit). Hopper uses FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608)
   16k figures with the A100 seq_half, and cuDNN's own column of the same figures for the
   cuDNN kernel Transformer Engine runs (``attention_cudnn``, Hopper only); Blackwell scales
-  Hopper by the measured FA4-on-B200 over FA3-on-H200 attention speed-up (1.88x at 8k, ml-engineering insights/when-to-upgrade-gpus).
+  Hopper by the measured FA4-on-B200 over FA3-on-H200 attention speed-up, 1.88x at 8k and 1.95x
+  at 32k (ml-engineering insights/when-to-upgrade-gpus): a saturated speed-up and Blackwell's
+  own seq_half that give both (its larger tiles fill later).
 * Collectives: ring all-reduce busbw at 16 GiB / NVLink spec (ml-engineering network/README.md:
   A100 234.89 of 300, H200 ring 367.2 of 450, B200 ring-only 682.2 of 900, MI300X 312.9 of 448);
   NIC efficiency 47/50 from the NVIDIA maintainer's "46-48 GB/s per NDR NIC" (nccl-tests #290);
@@ -121,7 +123,8 @@ FA2_H100_FWD_16K, FA2_H100_BWD_16K = 335.0, 322.0
 # cuDNN 9.1.1 fused attention on H100 (FA3 paper cuDNN column, the kernel Transformer Engine
 # runs): fwd causal d128 539, bwd d128 516 TFLOP/s at 16k (FA3: 616 / 561)
 CUDNN_H100_FWD_16K, CUDNN_H100_BWD_16K = 539.0, 516.0
-BLACKWELL_ATTN_SPEEDUP = 1.88  # FA4 on B200 / FA3 on H200, attention fwd+bwd at 8k
+# FA4 on B200 / FA3 on H200, attention fwd+bwd: (sequence length, speed-up)
+BLACKWELL_ATTN_SPEEDUP = ((8192.0, 1.88), (32768.0, 1.95))
 # A100 SXM 8-GPU node, nccl-tests all_reduce_perf busbw (GB/s) over message size
 # (ml-engineering network/README.md "Real network throughput"; hardware.md B4): the measured
 # in-domain bandwidth-over-size curve of the A100 profiles, as fractions of the 16 GiB busbw.
@@ -161,6 +164,16 @@ def fit_attention() -> tuple[float, float, float]:
     (ef, hf), _ = curve_fit(_saturating, FA2_SEQ, FA2_FWD / A100_PEAK, p0=(0.5, 300.0))
     (eb, hb), _ = curve_fit(_saturating, FA2_SEQ, FA2_BWD / A100_PEAK, p0=(0.6, 300.0))
     return float(ef), float(eb), float((hf + hb) / 2)
+
+
+def blackwell_attention(half: float) -> tuple[float, float]:
+    """(saturated speed-up over Hopper's FlashAttention-3 curve, Blackwell's seq_half) that
+    reproduce both measured speed-ups of :data:`BLACKWELL_ATTN_SPEEDUP`: with Hopper's
+    efficiency growing as s / (s + ``half``) and Blackwell's as s / (s + H), the speed-up at
+    length s is R (s + half) / (s + H); two points give R and H in closed form."""
+    (s1, r1), (s2, r2) = BLACKWELL_ATTN_SPEEDUP
+    big = (r2 * s2 * (s1 + half) - r1 * s1 * (s2 + half)) / (r1 * (s2 + half) - r2 * (s1 + half))
+    return r1 * (s1 + big) / (s1 + half), big
 
 
 def fit_hierarchical_overlap() -> float:
@@ -223,10 +236,11 @@ def _gemm_eta(accel: AcceleratorSpec, fam: str) -> tuple[dict[str, float], dict[
 
 def _attention_eta(
     accel: AcceleratorSpec, fam: str, attn: tuple[float, float, float], gemm_eta: dict[str, float]
-) -> tuple[float, float]:
-    """(eta_max fwd, eta_max bwd) of attention on ``accel``: the A100 FlashAttention-2 fit,
-    FlashAttention-3 on Hopper, Hopper scaled by the measured speed-up on Blackwell, and the
-    A100 fit scaled by the GEMM efficiency ratio on MI300X; not yet clipped to 1."""
+) -> tuple[float, float, float]:
+    """(eta_max fwd, eta_max bwd, seq_half) of attention on ``accel``: the A100
+    FlashAttention-2 fit, FlashAttention-3 on Hopper, Hopper scaled by the measured speed-up
+    on Blackwell (:func:`blackwell_attention`, with its own seq_half), and the A100 fit scaled
+    by the GEMM efficiency ratio on MI300X; not yet clipped to 1."""
     ef, eb, half = attn
     if fam in ("h100", "h200"):
         ef, eb = (
@@ -236,12 +250,13 @@ def _attention_eta(
     elif fam in ("b200", "gb200", "b300"):
         h_ef = FA3_FWD_16K / H100_PEAK / (16384 / (16384 + half))
         h_eb = FA3_BWD_16K / H100_PEAK / (16384 / (16384 + half))
-        scale = BLACKWELL_ATTN_SPEEDUP * H100_PEAK / accel.peak_tflops.fp16
+        speedup, half = blackwell_attention(half)
+        scale = speedup * H100_PEAK / accel.peak_tflops.fp16
         ef, eb = h_ef * scale, h_eb * scale
     elif fam == "mi300x":
         ratio = gemm_eta["bf16"] / (MAMF["a100"]["bf16"][0] / 312 / _shape(MAMF["a100"]["bf16"][1]))
         ef, eb = ef * ratio, eb * ratio
-    return ef, eb
+    return ef, eb, half
 
 
 def _flash2_attention(accel: AcceleratorSpec, fam: str, half: float) -> AttentionEfficiency | None:
@@ -280,7 +295,7 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
     glob = global_params()
     eta, mamf = _gemm_eta(accel, fam)
     half = attn[2]
-    ef, eb = _attention_eta(accel, fam, attn, eta)
+    ef, eb, attn_half = _attention_eta(accel, fam, attn, eta)
     profile = CalibrationProfile(
         id=accel_id,
         accelerator=accel_id,
@@ -294,7 +309,7 @@ def build_profile(accel_id: str, attn: tuple[float, float, float], overlap: floa
         attention=AttentionEfficiency(
             eta_max_fwd=round(min(ef, 1.0), 4),
             eta_max_bwd=round(min(eb, 1.0), 4),
-            seq_half=round(half, 1),
+            seq_half=round(attn_half, 1),
         ),
         attention_flash2=_flash2_attention(accel, fam, half),
         attention_cudnn=_cudnn_attention(fam, half),

@@ -263,10 +263,10 @@ class Params:
     last_dense: float
     stage_experts: float
     # each rank's own layer count (first, last, busiest middle) and what its edges add
-    rank_layers: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    first_extra: float = 0.0  # dense parameters beyond the layers: the embedding
-    last_extra: float = 0.0  # the head (untied or on another rank) and the MTP modules
-    last_extra_experts: float = 0.0  # the MTP modules' experts
+    rank_layers: tuple[float, float, float]
+    first_extra: float  # dense parameters beyond the layers: the embedding
+    last_extra: float  # the head (untied or on another rank) and the MTP modules
+    last_extra_experts: float  # the MTP modules' experts
 
     @property
     def dense(self) -> float:
