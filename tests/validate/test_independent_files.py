@@ -26,6 +26,7 @@ def test_the_independent_set_has_its_files():
         "megatron_ci.yaml",
         "mlperf.yaml",
         "olmo_core.yaml",
+        "papers.yaml",
         *bridge,
     }
 
