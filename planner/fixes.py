@@ -4,8 +4,11 @@ A layout whose peak memory exceeds the usable HBM is a dead end unless the plann
 changes bring it under. :func:`memory_fixes` tries the memory levers a training engineer turns
 first, alone and combined (at most ``MAX_CHANGES`` at once): a higher ZeRO stage (shards
 optimizer states, then gradients, then weights over DP), selective then full activation
-recomputation, a smaller micro-batch (more micro-batches per step), and a larger TP or PP
-degree (DP shrinks to keep the GPU count). Each candidate must be legal
+recomputation, a smaller micro-batch (more micro-batches per step), a larger TP or PP
+degree (DP shrinks to keep the GPU count), fewer layers on the first or the last pipeline rank
+(Megatron-Core ``--decoder-first/last-pipeline-num-layers``: each rank holds its own layers'
+state and activations, and the first holds the most micro-batches in flight), and host
+offloads. Each candidate must be legal
 (:func:`planner.legality.first_violation`) and runnable by the stack; it is simulated, and those
 that fit are ranked by how many flags change (fewest first), then by tokens/s (most first).
 When none fits, :func:`search_command` is the ``planner search`` call that looks further.
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from planner.costs.pipeline import stage_layer_counts, stated_split_error
 from planner.errors import PlannerError
 from planner.legality import first_violation
 from planner.profile import CalibrationProfile
@@ -30,10 +34,11 @@ from planner.specs.stack import StackSpec
 
 MAX_CHANGES = 3
 MAX_FIXES = 3
+EDGE_MOVES = 4  # at most this many layers moved off an edge pipeline rank
 # what a misfit report says when no candidate of memory_fixes fits (the CLI and the app)
 NO_FIX = (
-    "No change of ZeRO stage, recompute, micro-batch, TP, PP or host offload (up to three at once) "
-    "fits"
+    "No change of ZeRO stage, recompute, micro-batch, TP, PP, the edge ranks' layer counts or host "
+    "offload (up to three at once) fits"
 )
 RECOMPUTE_ORDER = ("none", "selective", "full")
 
@@ -91,6 +96,37 @@ def _split_options(layout: Layout) -> list[tuple[str, dict, dict]]:
     return out
 
 
+def _edge_options(layout: Layout, layers: int) -> list[tuple[str, dict, dict]]:
+    """Up to ``EDGE_MOVES`` fewer layers on the first rank, on the last, or on both, where the
+    other ranks can share the rest evenly (:func:`stated_split_error`); with pp > 1 only."""
+    if layout.pp < 2:
+        return []
+    first, last, _ = stage_layer_counts(
+        layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers
+    )
+    out = []
+    for d in range(1, EDGE_MOVES + 1):
+        moves = (
+            ({"first_stage_layers": first - d}, f"--first-stage-layers {first - d}"),
+            ({"last_stage_layers": last - d}, f"--last-stage-layers {last - d}"),
+            (
+                {"first_stage_layers": first - d, "last_stage_layers": last - d},
+                f"--first-stage-layers {first - d} --last-stage-layers {last - d}",
+            ),
+        )
+        for change, flag in moves:
+            split = {
+                "first_stage_layers": layout.first_stage_layers,
+                "last_stage_layers": layout.last_stage_layers,
+                **change,
+            }
+            if min(v for v in change.values()) < 1:
+                continue
+            if stated_split_error(layers, layout.pp, *split.values()) is None:
+                out.append((flag, change, {}))
+    return out
+
+
 def _offload_options(training: Training) -> list[tuple[str, dict, dict]]:
     """Host-memory offloads not in use yet (a stack that cannot run one refuses it in
     ``simulate``, so it is never proposed there)."""
@@ -102,19 +138,22 @@ def _offload_options(training: Training) -> list[tuple[str, dict, dict]]:
     return out
 
 
-def _groups(layout: Layout, training: Training) -> list[list[tuple[str, dict, dict]]]:
+def _groups(layout: Layout, training: Training, layers: int) -> list[list[tuple[str, dict, dict]]]:
     return [
         _zero_options(layout),
         _recompute_options(training),
         _micro_batch_options(training),
         _split_options(layout),
+        _edge_options(layout, layers),
         _offload_options(training),
     ]
 
 
-def _candidates(layout: Layout, training: Training) -> Iterator[tuple[tuple[str, ...], Any, Any]]:
+def _candidates(
+    layout: Layout, training: Training, layers: int
+) -> Iterator[tuple[tuple[str, ...], Any, Any]]:
     """(flags, layout, training) for every combination of up to MAX_CHANGES groups."""
-    groups = _groups(layout, training)
+    groups = _groups(layout, training, layers)
     for n in range(1, MAX_CHANGES + 1):
         for chosen in itertools.combinations(range(len(groups)), n):
             for picks in itertools.product(*(groups[i] for i in chosen)):
@@ -144,7 +183,7 @@ def memory_fixes(
 
     found: list[tuple[int, float, Fix]] = []
     seen: set[tuple] = set()
-    for flags, lay, tr in _candidates(layout, training):
+    for flags, lay, tr in _candidates(layout, training, model.layers):
         key = (lay.model_dump_json(), tr.model_dump_json())
         if key in seen:
             continue

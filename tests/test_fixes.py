@@ -84,3 +84,23 @@ def test_nothing_fits_still_points_to_search():
     assert out.startswith("Does not fit")
     assert "No change of ZeRO stage" in out
     assert "planner search --model llama3.1-405b" in out
+
+
+def test_layers_moved_off_the_peak_rank_are_a_fix():
+    """Llama 3.1 8B at PP 2 with two micro-batches in flight on the first rank peaks there
+    (83 GiB of 78.6) while the last holds 70: fewer layers on the first rank (Megatron-Core
+    --decoder-first-pipeline-num-layers) fit, each a legal split that simulates as it says."""
+    layout = planner.Layout(tp=1, pp=2, dp=2, zero=1)
+    training = planner.Training(seq_len=8192, global_batch=64, micro_batch=1)
+    base = planner.simulate(MODEL, CLUSTER, layout, training)
+    assert not base.fits and base.peak_memory_stage == "first"
+    assert min(base.memory_by_stage_gib.values()) < base.usable_memory_gib
+    fixes = memory_fixes(MODEL, CLUSTER, layout, training, limit=200)
+    edge = [f for f in fixes if f.flags == (f"--first-stage-layers {f.layout.first_stage_layers}",)]
+    assert edge and all(f.layout.first_stage_layers < 16 for f in edge)
+    for f in edge:
+        rep = planner.simulate(MODEL, CLUSTER, f.layout, f.training)
+        assert rep.fits and rep.memory_by_stage_gib["first"] < base.memory_by_stage_gib["first"]
+    # the lightest move that fits is the fastest of them: the last rank takes fewer layers
+    best = max(edge, key=lambda f: f.tokens_per_s_per_gpu)
+    assert best.layout.first_stage_layers == max(f.layout.first_stage_layers for f in edge)
