@@ -40,6 +40,9 @@ FRAMEWORK = {
     "llm-foundry": "llm-foundry",
     "megatron-deepspeed-2022": "megatron-deepspeed",
     "megatron-deepspeed": "megatron-deepspeed",
+    "megatron-lm-2021": "megatron-lm",
+    "megatron-lm-2022": "megatron-lm",
+    "deepspeed-zero3-2021": "deepspeed",
     "hai-llm": "hai-llm",
 }
 # the model keys schema 1 states (planner/validate/inputs.py), its name and the MoE section

@@ -66,3 +66,23 @@ def test_vtrain_rows_state_what_vtrain_published():
         assert raw["training"]["precision"] == "fp16"
         assert raw["cluster"] == "hgx-a100-80gb-100g"
         assert raw["unstated"] == ["zero"]
+
+
+def test_every_independent_case_can_be_written_as_schema_1():
+    """benchmarks/independent_v1.py names a framework for every case's stack (a stack it
+    cannot name stopped the validation report)."""
+    import importlib.util
+    import sys
+
+    path = DIR.parent / "independent_v1.py"
+    sys.path.insert(0, str(DIR.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("independent_v1", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(DIR.parent))
+    stacks = {c["stack"] for p in FILES for c in read_case_file(p)[1]}
+    assert stacks <= set(module.FRAMEWORK), sorted(stacks - set(module.FRAMEWORK))
+    shipped = {p.stem for p in (DIR.parents[1] / "stacks").glob("*.yaml")}
+    assert shipped <= set(module.FRAMEWORK), sorted(shipped - set(module.FRAMEWORK))
