@@ -170,6 +170,16 @@ NOTES = """\
   data-parallel traffic across eight NVL72 racks is costed hierarchically (NVLink, then 1/32
   of it per NIC) and mostly hidden behind the backward; the measured step has about 35 ms the
   planner does not place.
+* **Long sequences on Blackwell, and runs from papers** (2026-12-07, independent): NeMo 25.04's
+  long-sequence Llama 3 8B FP8 table on DGX-B200 (8K-1M tokens, CP 1-16; throughput derived
+  from the published TFLOPS) is under-predicted more as attention takes over the step: -3 % at
+  8K, -17..-19 % at 256K-1M (-23 % before Blackwell's attention got its own saturation length,
+  docs/calibration.md); whether those runs ran attention in FP8 is not published. Of 14 runs
+  from papers that state a layout (`papers.yaml`), MegaScale's stock Megatron-LM 175B baseline
+  is -6..+6 % up to 6,144 A100 and +9 / +11 % at 8,192 / 12,288 (the paper's network
+  congestion at that scale is not modelled), Nemotron-4 15B's ramp -6..+5 %, and GLM-130B's
+  speed tests +34 / +39 % under the only shipped stack that runs its GeGLU, which assumes
+  FlashAttention.
 * **Small models where the host binds: vTrain's 1,549 measured runs** (2026-12-06; Bang et al.
   2024, Megatron-DeepSpeed on A100, `benchmarks/vtrain_import.py`; their own table below the
   curated one). At micro-batch 1 a layer's forward, recompute and backward took 3.3-3.9 ms
