@@ -115,14 +115,11 @@ def _edge_options(layout: Layout, layers: int) -> list[tuple[str, dict, dict]]:
             ),
         )
         for change, flag in moves:
-            split = {
-                "first_stage_layers": layout.first_stage_layers,
-                "last_stage_layers": layout.last_stage_layers,
-                **change,
-            }
-            if min(v for v in change.values()) < 1:
+            if min(change.values()) < 1:
                 continue
-            if stated_split_error(layers, layout.pp, *split.values()) is None:
+            new_first = change.get("first_stage_layers", layout.first_stage_layers)
+            new_last = change.get("last_stage_layers", layout.last_stage_layers)
+            if stated_split_error(layers, layout.pp, new_first, new_last) is None:
                 out.append((flag, change, {}))
     return out
 
