@@ -6,6 +6,9 @@ paper or its published configs.
 
 from __future__ import annotations
 
+# JAX on GPUs (below): XLA compiles the whole step, its loss included, in every version (so
+# torchtitan's uncompiled-loss versions, frameworks.V1_LOSS, are not theirs)
+JAX_NAMES = ("maxtext", "levanter", "paxml", "pax", "praxis", "jax", "jax-toolbox")
 # framework as published (lower case, spaces and underscores as "-") -> shipped stack id
 FRAMEWORK_STACKS: dict[str, str] = {
     "megatron-lm": "megatron-lm-2021",  # or -2022, on Hopper and later megatron-core (module doc)
@@ -136,13 +139,7 @@ FRAMEWORK_STACKS: dict[str, str] = {
     # collectives overlapped by XLA's latency-hiding scheduler, attention cuDNN fused through
     # Transformer Engine. No shipped stack is all of these; torchtitan-compiled is all but the
     # attention (SDPA flash); fp8: torchtitan-compiled-float8 (JAX_FP8)
-    "maxtext": "torchtitan-compiled",
-    "levanter": "torchtitan-compiled",
-    "paxml": "torchtitan-compiled",
-    "pax": "torchtitan-compiled",
-    "praxis": "torchtitan-compiled",
-    "jax": "torchtitan-compiled",
-    "jax-toolbox": "torchtitan-compiled",
+    **dict.fromkeys(JAX_NAMES, "torchtitan-compiled"),
 }
 
 # the frameworks above that run compiled, whose FP8 runs are torchao Float8 under torch.compile
@@ -152,4 +149,4 @@ COMPILED_FP8: dict[str, str] = {
     key: JAX_FP8 for key, stack in FRAMEWORK_STACKS.items() if stack == "torchtitan-compiled"
 }
 
-__all__ = ["COMPILED_FP8", "FRAMEWORK_STACKS", "JAX_FP8"]
+__all__ = ["COMPILED_FP8", "FRAMEWORK_STACKS", "JAX_FP8", "JAX_NAMES"]

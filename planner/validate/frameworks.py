@@ -108,6 +108,22 @@ EXECUTION_MODES: dict[str, tuple[str, ...]] = {
 # loss: its peak is the larger (12 B per logit in backward against 4), so the answer to "does it
 # fit" holds for whichever version ran
 V1_LOSS: dict[str, str] = {"compiled": "fp32_log_softmax"}
+# stacks whose tensor parallelism shards the sequence by default: torchtitan's TP plan puts
+# SequenceParallel on the norms (apply_tp: torchtitan/parallelisms/parallelize_llama.py to
+# 2025-02, torchtitan/models/llama3/infra/parallelize.py to 2026-02; a switch only since aa68af18e, 2026-03-29, ParallelismConfig.enable_sequence_parallel, default
+# True), and NeMo's and Megatron-Bridge's recipes set sequence_parallel = tp > 1. A schema 1
+# row of these stacks that writes sequence_parallel false (the schema's example value) and fits
+# in memory only with it on is costed with it on (planner/validate/run.py)
+SEQUENCE_PARALLEL_BY_DEFAULT: frozenset[str] = frozenset(
+    {
+        "torchtitan-eager",
+        "torchtitan-compiled",
+        "torchtitan-compiled-float8",
+        "torchtitan-async-tp",
+        "nemo",
+        "megatron-bridge",
+    }
+)
 # DeepSpeed by itself is data parallel (ZeRO); a DeepSpeed row that states tensor or pipeline
 # parallelism ran Megatron's model on it: DeepSpeed's "3D parallelism" is Megatron-LM's TP
 # with DeepSpeed's pipeline engine and ZeRO (Rasley et al. 2020, KDD, and the DeepSpeed blog
@@ -419,6 +435,7 @@ __all__ = [
     "NAMED_EXECUTION",
     "NAMED_EXECUTION_FP8",
     "NAMED_EXECUTION_OF",
+    "SEQUENCE_PARALLEL_BY_DEFAULT",
     "V1_LOSS",
     "UNKNOWN_FSDP_STACK",
     "code_bases",

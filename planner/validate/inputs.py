@@ -21,7 +21,8 @@ from planner.specs.loading import load_cluster, load_model, load_stack, shipped_
 from planner.specs.model import ModelSpec, MoESpec
 from planner.specs.stack import StackSpec
 from planner.validate.cases import Case, CaseV2, Knob
-from planner.validate.frameworks import V1_LOSS, code_bases, stack_for_framework
+from planner.validate.framework_names import JAX_NAMES
+from planner.validate.frameworks import V1_LOSS, code_bases, normalise, stack_for_framework
 
 
 @dataclass
@@ -353,7 +354,7 @@ def _v1_specs(case: Case, stack: StackSpec, notes: list[str]) -> tuple[Layout, T
     training, batch_note = v1_whole_batch(layout, training)
     notes += [batch_note] if batch_note else []
     loss = V1_LOSS.get(stack.kernels.cross_entropy)
-    if loss is not None:
+    if loss is not None and normalise(case.framework or "") not in JAX_NAMES:
         training = training.model_copy(update={"cross_entropy": loss})
         notes.append(
             f"loss: {loss} (schema 1 cannot state whether {stack.name}'s version compiled its "

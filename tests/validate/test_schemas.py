@@ -201,6 +201,11 @@ def test_a_schema_1_torchtitan_row_is_costed_with_the_uncompiled_loss():
     bf16 = run_case(_v1(**{**over, "training": {"precision": "bf16"}}), planner.default_profile, 1)
     assert bf16["stack"] == "torchtitan-eager"
     assert bf16["range_code_bases"] == ["torchtitan-eager", "torchtitan-compiled"]
+    # XLA compiles a JAX step's loss in every version: a MaxText row under the same stack
+    # keeps the stack's loss, and so its peak
+    jax = run_case(_v1(**{**over, "framework": "MaxText"}), planner.default_profile, 1)
+    assert jax["stack"] == "torchtitan-compiled-float8" and "fp32_log_softmax" not in jax["reason"]
+    assert jax["predicted_peak_memory_gib"] == v2["predicted_peak_memory_gib"]
 
 
 def _a100_megatron_case(**training) -> dict:
@@ -1159,6 +1164,29 @@ def test_schema_1_reads_an_unstated_sequence_parallelism_as_the_stack_runs_it() 
     inputs = case_inputs(parse_case(old, 1))
     assert inputs.stack.name == "megatron-lm-2021" and not inputs.layout.sequence_parallel
     assert not any("sequence_parallel not stated" in n for n in inputs.notes)
+
+
+def test_a_false_sequence_parallelism_that_cannot_fit_is_read_as_the_stacks_default() -> None:
+    """torchtitan's TP plan shards the norms' inputs (sequence parallelism) by default: a schema
+    1 row that writes false, and fits only with it on, costs as if it said true and says so.
+    Where it fits without (a smaller model), or under a stack whose TP runs without it by
+    default (Megatron-LM's --sequence-parallel is opt-in), the false stands."""
+    big = _v1("llama3.1-70b", num_gpus=64, framework="torchtitan")
+    big["layout"] = {"tp": 8, "pp": 1, "dp": 8, "zero": 3, "sequence_parallel": True}
+    big["training"].update(recompute="none", global_batch=64)
+    off = copy.deepcopy(big)
+    off["layout"]["sequence_parallel"] = False
+    row, ref = (run_case(c, planner.default_profile, 1) for c in (off, big))
+    assert ref["status"] == "ok", ref["reason"]
+    assert row["status"] == "ok" and "costed on" in row["reason"], row["reason"]
+    assert row["predicted_tokens_per_s_per_gpu"] == ref["predicted_tokens_per_s_per_gpu"]
+    megatron = copy.deepcopy(off)
+    megatron["framework"] = "megatron-lm"
+    assert "costed on" not in run_case(megatron, planner.default_profile, 1)["reason"]
+    small = _v1("llama3.1-8b", num_gpus=8, framework="torchtitan")
+    small["layout"] = {"tp": 2, "pp": 1, "dp": 4, "zero": 3, "sequence_parallel": False}
+    small_row = run_case(small, planner.default_profile, 1)
+    assert small_row["status"] == "ok" and "costed on" not in small_row["reason"]
 
 
 def test_an_unstated_context_parallel_size_is_implied_by_a_stated_dp() -> None:
