@@ -8,7 +8,18 @@ from __future__ import annotations
 
 # JAX on GPUs (below): XLA compiles the whole step, its loss included, in every version (so
 # torchtitan's uncompiled-loss versions, frameworks.V1_LOSS, are not theirs)
-JAX_NAMES = ("maxtext", "levanter", "paxml", "pax", "praxis", "jax", "jax-toolbox")
+JAX_NAMES = (
+    "maxtext",
+    "levanter",
+    "paxml",
+    "pax",
+    "praxis",
+    "jax",
+    "jax-toolbox",
+    "t5x",
+    "easylm",
+    "alpa",
+)
 # framework as published (lower case, spaces and underscores as "-") -> shipped stack id
 FRAMEWORK_STACKS: dict[str, str] = {
     "megatron-lm": "megatron-lm-2021",  # or -2022, on Hopper and later megatron-core (module doc)
@@ -23,6 +34,10 @@ FRAMEWORK_STACKS: dict[str, str] = {
     # GPT-NeoX (EleutherAI): Megatron-LM's model and parallelism on DeepSpeed (Black et al. 2022,
     # arXiv 2204.06745 section 3: "built on Megatron and DeepSpeed", ZeRO-1 with TP and PP)
     "gpt-neox": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
+    # DeepSpeed-MoE (Rajbhandari et al. 2022, arXiv 2201.05596) trains in Megatron-DeepSpeed,
+    # "a fork of NVIDIA's Megatron-LM that adds ... MoE model training" (DeepSpeedExamples
+    # training/megatron/README.md; examples_deepspeed/MoE in microsoft/Megatron-DeepSpeed)
+    "deepspeed-moe": "megatron-deepspeed-2022",  # on Hopper and later: megatron-deepspeed
     "deepspeed": "deepspeed-zero",
     "deepspeed-zero": "deepspeed-zero",
     "torchtitan": "torchtitan-eager",  # precision fp8: torchtitan-compiled-float8
@@ -128,6 +143,9 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "primus-lm": "megatron-core",
     "megatron-llama": "megatron-core",
     "megascale": "megatron-core",
+    # BAAI FlagScale (github.com/FlagOpen/FlagScale README: "builds upon open-source projects
+    # such as Megatron-LM", kept in step with upstream; Aquila2 training, 2023-24)
+    "flagscale": "megatron-core",
     # InternEvo, InternLM's trainer (c628a8c8): flash-attn 2, fused RMSNorm, in-place cross
     # entropy, ZeRO-1 with the reduce-scatter overlapped
     # (internlm/solver/optimizer/hybrid_zero_optim.py): HAI-LLM's costs
@@ -135,7 +153,9 @@ FRAMEWORK_STACKS: dict[str, str] = {
     "internlm": "hai-llm",
     "internlm-train": "hai-llm",
     # JAX on GPUs: MaxText (e591f30c), Levanter (9263f81e), Paxml (NVIDIA JAX-Toolbox
-    # rosetta/projects/pax at 8b3ce014): one XLA-compiled step, FSDP sharding, fp32 gradients,
+    # rosetta/projects/pax at 8b3ce014), and T5X (google-research/t5x; on GPUs through
+    # JAX-Toolbox rosetta/projects/t5x), EasyLM (young-geng/EasyLM) and Alpa
+    # (alpa-projects/alpa), each a JAX step partitioned by XLA: one XLA-compiled step, FSDP sharding, fp32 gradients,
     # collectives overlapped by XLA's latency-hiding scheduler, attention cuDNN fused through
     # Transformer Engine. No shipped stack is all of these; torchtitan-compiled is all but the
     # attention (SDPA flash); fp8: torchtitan-compiled-float8 (JAX_FP8)

@@ -71,6 +71,7 @@ BY_GENERATION: dict[tuple[str, bool], str] = {
     ("megatron", True): "megatron-core",
     ("megatron-deepspeed", True): "megatron-deepspeed",
     ("gpt-neox", True): "megatron-deepspeed",
+    ("deepspeed-moe", True): "megatron-deepspeed",
     ("megatron-ds", True): "megatron-deepspeed",
     ("deepspeed-megatron", True): "megatron-deepspeed",
 }
@@ -89,6 +90,7 @@ BY_CAPABILITY: dict[tuple[str, bool], tuple[str, ...]] = {
     ("megatron", False): ("megatron-lm-2021", "megatron-lm-2022", "megatron-core"),
     ("megatron-deepspeed", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
     ("gpt-neox", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
+    ("deepspeed-moe", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
     ("megatron-ds", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
     ("deepspeed-megatron", False): ("megatron-deepspeed-2022", "megatron-deepspeed"),
 }

@@ -353,6 +353,10 @@ def test_published_aliases_cost_as_their_software():
         "DeepSpeed_Megatron": "megatron-deepspeed",
         "PyTorch FSDP": "llm-foundry",
         "FSDP2": "torchtitan-eager",
+        "DeepSpeed-MoE": "megatron-deepspeed",
+        "FlagScale": "megatron-core",
+        "T5X": "maxtext",
+        "EasyLM": "maxtext",
     }
     for alias, same in pairs.items():
         for cluster in (a100, h100):
