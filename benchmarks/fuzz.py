@@ -492,6 +492,8 @@ def plausible_job(rng: Any, m: dict, schedules: list) -> tuple[dict, dict, int]:
     if pp > 1 and schedules and rng.random() < 0.15:
         layout["schedule"] = rng.choice(schedules)
     layout["zero"] = rng.choice((0, 1, 1, 2, 3))
+    if layout["zero"] and dp * cp > 1 and rng.random() < 0.1:  # hybrid sharding
+        layout["dp_shard"] = rng.choice([d for d in (1, 2, 4, 8) if (dp * cp) % d == 0])
     for flag in ("overlap_tp_comm", "overlap_ep_comm", "pp_scatter_gather"):
         if rng.random() < 0.15:
             layout[flag] = True

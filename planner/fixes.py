@@ -70,6 +70,15 @@ def _zero_options(layout: Layout) -> list[tuple[str, dict, dict]]:
     return [(f"--zero {z}", {"zero": z}, {}) for z in range(layout.zero + 1, 4)]
 
 
+def _shard_options(layout: Layout) -> list[tuple[str, dict, dict]]:
+    """Wider hybrid-sharding groups (Layout.dp_shard), up to the whole DP x CP group."""
+    out, shard, grid = [], layout.zero_shard * 2, layout.dp * layout.cp
+    while layout.dp_replicas > 1 and shard <= grid and grid % shard == 0:
+        out.append((f"--dp-shard {shard}", {"dp_shard": shard}, {}))
+        shard *= 2
+    return out
+
+
 def _recompute_options(training: Training) -> list[tuple[str, dict, dict]]:
     start = RECOMPUTE_ORDER.index(training.recompute) + 1
     return [(f"--recompute {r}", {}, {"recompute": r}) for r in RECOMPUTE_ORDER[start:]]
@@ -138,6 +147,7 @@ def _offload_options(training: Training) -> list[tuple[str, dict, dict]]:
 def _groups(layout: Layout, training: Training, layers: int) -> list[list[tuple[str, dict, dict]]]:
     return [
         _zero_options(layout),
+        _shard_options(layout),
         _recompute_options(training),
         _micro_batch_options(training),
         _split_options(layout),

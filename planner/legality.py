@@ -223,6 +223,27 @@ def ep_divides_tp_dp_cp(c: Candidate) -> Found | None:
     return None
 
 
+@_rule("dp_shard_tiles_dp_cp", "dp_shard", "dp", "cp", "zero")
+def dp_shard_tiles_dp_cp(c: Candidate) -> Found | None:
+    shard, grid = c.layout.dp_shard, c.layout.dp * c.layout.cp
+    if shard is None:
+        return None
+    if grid % shard:
+        return (
+            "layout.dp_shard",
+            f"dp_shard={shard} does not divide dp*cp={grid} (the shard groups must tile the "
+            "DP x CP ranks)",
+            divisors_text(grid),
+        )
+    if shard < grid and c.layout.zero == 0:
+        return (
+            "layout.dp_shard",
+            f"dp_shard={shard} shards ZeRO state, and zero is 0",
+            "zero 1, 2 or 3, or dp_shard unset",
+        )
+    return None
+
+
 @_rule("overlap_ep_needs_interleaving", "overlap_ep_comm", "pp", "vpp")
 def overlap_ep_needs_interleaving(c: Candidate) -> Found | None:
     if c.layout.overlap_ep_comm and not c.layout.pairs_microbatches:
@@ -382,6 +403,7 @@ RULES: tuple[Rule, ...] = (
     ep_needs_experts,
     ep_divides_experts,
     ep_divides_tp_dp_cp,
+    dp_shard_tiles_dp_cp,
     overlap_ep_needs_interleaving,
     global_batch_divisible,
     precision_supported,

@@ -300,6 +300,12 @@ def stack_violations(stack: StackSpec, layout: Layout, training: Training) -> li
             f"recompute {training.recompute}",
             "recompute " + " / ".join(c.recompute),
         ),
+        (
+            "layout.dp_shard",
+            layout.dp_replicas > 1 and not c.hybrid_shard,
+            f"hybrid sharding (dp_shard {layout.dp_shard} of dp*cp {layout.dp * layout.cp})",
+            "dp_shard unset, or a stack with capabilities.hybrid_shard",
+        ),
         ("training.precision", training.precision == "fp8" and not c.fp8, "fp8", "bf16, fp16"),
         (
             "training.optimizer_states",
@@ -321,7 +327,13 @@ def stack_violations(stack: StackSpec, layout: Layout, training: Training) -> li
     for field, broken, what, valid in checks:
         if broken:
             found.append(PlannerError(field, f"stack {stack.name!r} cannot run {what}", valid))
-    found += _module_violations(stack, training)
+    return found + _module_violations(stack, training) + _pipeline_violations(stack, layout)
+
+
+def _pipeline_violations(stack: StackSpec, layout: Layout) -> list[PlannerError]:
+    """What ``stack`` cannot run of ``layout``'s pipeline: its ZeRO stage beside pp > 1, its
+    schedule."""
+    c, found = stack.capabilities, []
     pp_zero = c.pp_zero_stages
     if layout.pp > 1 and pp_zero is not None and layout.zero not in pp_zero:
         found.append(

@@ -185,6 +185,20 @@ CASES: dict[str, tuple] = {
             "1, 2, 4",
         ),
     ),
+    "dp_shard_tiles_dp_cp": (
+        LLAMA,
+        H100,
+        {"dp": 16, "zero": 1, "dp_shard": 6},
+        T,
+        None,
+        {"dp": 16, "zero": 1, "dp_shard": 8},
+        T,
+        (
+            "layout.dp_shard",
+            "dp_shard=6 does not divide dp*cp=16 (the shard groups must tile the DP x CP ranks)",
+            "1, 2, 4, 8, 16",
+        ),
+    ),
     "overlap_ep_needs_interleaving": (
         MIXTRAL,
         H100,

@@ -269,14 +269,30 @@ class Groups:
     dp_cp: Placement  # gradient / ZeRO sharding group (DP x CP)
     ep: Placement
     pp: Placement
+    # hybrid sharding (Layout.dp_shard): the ranks one shard group spans (consecutive DP x CP
+    # ranks), and the groups holding the same shard across them; the whole DP x CP group and
+    # no replicas without it
+    dp_shard: Placement = Placement(1, 1, 1)
+    dp_replicate: Placement = Placement(1, 1, 1)
 
 
 def place_groups(
-    tp: int, cp: int, dp: int, pp: int, ep: int, domain_gpus: int, expert_tp: int | None = None
+    tp: int,
+    cp: int,
+    dp: int,
+    pp: int,
+    ep: int,
+    domain_gpus: int,
+    expert_tp: int | None = None,
+    shard: int | None = None,
 ) -> Groups:
     """Place all groups for rank order TP (innermost), CP, DP, PP; EP is carved out of the
-    ranks next to the expert tensor-parallel group (stride ``expert_tp``, default tp)."""
+    ranks next to the expert tensor-parallel group (stride ``expert_tp``, default tp); ZeRO's
+    shard groups are ``shard`` consecutive DP x CP ranks (None: all of them)."""
+    shard = dp * cp if shard is None else shard
     return Groups(
+        dp_shard=place(shard, tp, domain_gpus),
+        dp_replicate=place(dp * cp // shard, tp * shard, domain_gpus),
         tp=place(tp, 1, domain_gpus),
         cp=place(cp, tp, domain_gpus),
         dp=place(dp, tp * cp, domain_gpus),

@@ -219,7 +219,7 @@ def state_bytes(
     GPU (no embedding or head), whose fp8 copies :func:`fp8_weight_cache_bytes` counts below
     ZeRO-3 (TE keeps no copy of a weight FSDP re-gathers).
     """
-    shard = layout.dp * layout.cp
+    shard = layout.zero_shard  # DP x CP, or a hybrid-sharding group (Layout.dp_shard)
     expert_shard = layout.expert_dp
     fp32 = training.precision == "fp32"
     w_b = 4 if fp32 else WEIGHT_BYTES  # fp32 training: the weights are the master copy

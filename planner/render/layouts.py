@@ -29,7 +29,12 @@ def layout_summary(layout: Layout) -> str:
         f"TP {layout.tp} x PP {layout.pp} x DP {layout.dp} x CP {layout.cp}",
         f"EP {layout.ep}",
         f"VPP {layout.vpp or 1}",
-        f"ZeRO {layout.zero}",
+        f"ZeRO {layout.zero}"
+        + (
+            f" (HSDP: sharded over {layout.zero_shard}, {layout.dp_replicas} replicas)"
+            if layout.dp_replicas > 1
+            else ""
+        ),
         f"SP {'on' if layout.sequence_parallel else 'off'}",
         f"schedule {layout.pipeline_schedule}",
     ]
@@ -42,5 +47,6 @@ def compact_layout(layout: Layout, training: Training) -> str:
     return (
         f"TP{layout.tp} PP{layout.pp} DP{layout.dp} CP{layout.cp} EP{layout.ep} "
         f"VPP{layout.virtual_stages} mb{training.micro_batch} rc:{training.recompute} "
-        f"Z{layout.zero} SP{'+' if layout.sequence_parallel else '-'} ov:{_overlaps(layout)}"
+        f"Z{layout.zero}{f'/{layout.zero_shard}' if layout.dp_replicas > 1 else ''} "
+        f"SP{'+' if layout.sequence_parallel else '-'} ov:{_overlaps(layout)}"
     )

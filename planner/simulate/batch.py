@@ -69,6 +69,7 @@ NOT_READ_BY_LAYERS = frozenset(
         "dp",
         "vpp",
         "zero",
+        "dp_shard",
         "schedule",
         "overlap_dp_grad_reduce",
         "overlap_zero3_param_gather",
@@ -94,7 +95,7 @@ _VIOLATION_LAYOUT = operator.attrgetter(
 _UNKNOWN = object()
 # what the memory peak reads beyond the layers: the pipeline, its schedule, DP and ZeRO
 _PEAK_LAYOUT = operator.attrgetter(
-    "pp", "vpp", "schedule", "dp", "zero", "first_stage_layers", "last_stage_layers"
+    "pp", "vpp", "schedule", "dp", "zero", "dp_shard", "first_stage_layers", "last_stage_layers"
 )
 # how the layers split over the pipeline ranks
 _SPLIT = operator.attrgetter("pp", "first_stage_layers", "last_stage_layers")
@@ -277,7 +278,10 @@ class BatchSimulator:
     def _context(self, layout: Layout, training: Training) -> Context:
         """``make_context`` with the device and the group placements kept per key."""
         dev = self._device(training)
-        gkey = (layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.expert_tp)
+        gkey = (
+            layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, layout.expert_tp,
+            layout.zero_shard,
+        )  # fmt: skip
         groups = self._groups.get(gkey)
         if groups is None:
             groups = self._groups[gkey] = make_groups(layout, self.fabric)
@@ -396,6 +400,7 @@ class BatchSimulator:
             layout.overlap_dp_grad_reduce,
             layout.overlap_zero3_param_gather,
             ctx.groups.dp_cp,
+            ctx.groups.dp_shard,
             ctx.microbatches > 1,
         )
         out = self._dp.get(k)

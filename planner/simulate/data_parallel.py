@@ -3,7 +3,9 @@
 Where DP communication is costed: :func:`dp_traffic` returns the exposed seconds per
 micro-batch and per step for ZeRO 0-3 / FSDP under the layout's overlaps, over the DP x CP
 group (experts over their own DP group), with the collectives of
-:mod:`planner.costs.comms`.
+:mod:`planner.costs.comms`. Under hybrid sharding (``Layout.dp_shard``, HSDP) the dense
+reduce-scatter and all-gather run within a shard group, and each gradient shard is all-reduced
+across the groups.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def owned_params(ctx: Context, params: Params) -> float:
     dense parameters sharded over DP x CP, experts over their own data-parallel group."""
     if ctx.layout.zero < 1:
         return params.local
-    return params.dense / ctx.groups.dp_cp.size + params.stage_experts / ctx.layout.expert_dp
+    return params.dense / ctx.layout.zero_shard + params.stage_experts / ctx.layout.expert_dp
 
 
 def _collectives(ctx: Context, stack: Stack, params: Params) -> DataParallel:
@@ -148,14 +150,27 @@ def _collectives(ctx: Context, stack: Stack, params: Params) -> DataParallel:
     stage_bwd = params.stage_layers * (per_layer["bwd"] + per_layer["recompute"])
     dense_p = params.dense
 
+    # hybrid sharding (Layout.dp_shard): dense state is sharded within groups of zero_shard
+    # ranks; each gradient shard is then all-reduced across the groups that hold it (torchtitan
+    # HSDP's replicate dimension, Megatron-Core's inter-instance all-reduce)
+    shard_group = ctx.groups.dp_shard if layout.dp_replicas > 1 else dp_group
+
     def coll(kind: comms.Collective, nbytes_per_param: float, units: float = 1.0) -> float:
         """One of ``units`` equal collectives over the stage's parameters (dense over DP x
-        CP, experts over their DP group)."""
+        CP or its shard group, experts over their DP group)."""
         return shared_collective_s(
-            ctx, kind, dense_p * nbytes_per_param / units, dp_group
+            ctx, kind, dense_p * nbytes_per_param / units, shard_group
         ) + shared_collective_s(
             ctx, kind, params.stage_experts * nbytes_per_param / units, edp_group
         )
+
+    def across(nbytes_per_param: float, units: float = 1.0) -> float:
+        """The all-reduce of one of ``units`` equal dense gradient shards across the groups
+        holding it (0 without hybrid sharding)."""
+        if layout.dp_replicas == 1:
+            return 0.0
+        shard_b = dense_p * nbytes_per_param / (units * layout.zero_shard)
+        return shared_collective_s(ctx, "all_reduce", shard_b, ctx.groups.dp_replicate)
 
     bucket_frac = min(1.0, DP_BUCKET_PARAMS / max(params.local, 1.0))
     if layout.zero >= 3 and layout.zero3_collectives == "per_tensor_list":
@@ -166,7 +181,7 @@ def _collectives(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         # auto-wrap per block), so every layer pays the collective's latency once
         units = max(params.stage_layers, 1.0)
         ag = units * coll("all_gather", memory.param_gather_bytes(training), units)
-        rs = units * coll("reduce_scatter", grad_b, units)
+        rs = units * (coll("reduce_scatter", grad_b, units) + across(grad_b, units))
         copy_out = 0.0  # seconds per gather of the stage, exposed (the compute stream)
         if layout.zero3_collectives == "per_layer_copy_out":
             copy_out, rs_copy_in = fsdp2_copies_s(ctx, params)
@@ -191,7 +206,7 @@ def _collectives(ctx: Context, stack: Stack, params: Params) -> DataParallel:
         reduce = coll("all_reduce", grad_b)
         gather = 0.0
     else:
-        reduce = coll("reduce_scatter", grad_b)
+        reduce = coll("reduce_scatter", grad_b) + across(grad_b)
         gather = coll("all_gather", memory.param_gather_bytes(training))
     raw = reduce + gather
     if layout.overlap_dp_grad_reduce:
@@ -220,7 +235,7 @@ def _per_tensor_list(
     (``ctx.dev.mem_fixed_s`` each)."""
     training = ctx.training
     tensors = stage_param_tensors(ctx, params.stage_layers)
-    copies = ctx.groups.dp_cp.size * ctx.dev.mem_fixed_s
+    copies = ctx.layout.zero_shard * ctx.dev.mem_fixed_s
     ag = tensors * (coll("all_gather", memory.param_gather_bytes(training), tensors) + copies)
     rs = tensors * (coll("reduce_scatter", memory.grad_bytes(training), tensors) + copies)
     gathers = 3.0 if training.recompute == "full" else 2.0

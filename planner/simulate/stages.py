@@ -73,7 +73,14 @@ def make_device(
 def make_groups(layout: Layout, fabric: comms.Fabric) -> comms.Groups:
     """The placement of every parallel group of ``layout`` on ``fabric``'s domains."""
     return comms.place_groups(
-        layout.tp, layout.cp, layout.dp, layout.pp, layout.ep, fabric.domain_gpus, layout.expert_tp
+        layout.tp,
+        layout.cp,
+        layout.dp,
+        layout.pp,
+        layout.ep,
+        fabric.domain_gpus,
+        layout.expert_tp,
+        layout.zero_shard,
     )
 
 

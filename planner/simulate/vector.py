@@ -164,6 +164,9 @@ class VectorPass:
             if layout.first_stage_layers is not None or layout.last_stage_layers is not None:
                 self.fallback.append(i)  # a stated pipeline split: the one-candidate path
                 continue
+            if layout.dp_replicas > 1:
+                self.fallback.append(i)  # hybrid sharding (Layout.dp_shard): the same
+                continue
             a, update = self.applied(layout)
             self.row_of[i] = (info, update)
             if stacked:  # what the stack cannot run, under the one-layout path's key

@@ -88,6 +88,13 @@ class Layout(_Frozen):
     zero: Literal[0, 1, 2, 3] = Field(
         default=0, description="0 none, 1 optimizer, 2 +grads, 3 +params"
     )
+    dp_shard: int | None = Field(
+        default=None, ge=1, le=MAX_GPUS,
+        description="hybrid sharding (HSDP, Megatron-Core --num-distributed-optimizer-instances "
+        "= dp*cp / dp_shard): ZeRO / FSDP state sharded within groups of this many consecutive "
+        "DP x CP ranks, replicated across them (gradient shards all-reduced across); divides "
+        "dp*cp, needs zero >= 1; None: the whole DP x CP group",
+    )  # fmt: skip
     first_stage_layers: int | None = Field(
         default=None,
         ge=0,
@@ -181,14 +188,21 @@ class Layout(_Frozen):
         wrong_vpp = vpp_error(self.schedule, self.vpp)
         if wrong_vpp:
             raise ValueError(wrong_vpp)
-        if self.sequence_parallel and self.tp == 1:
-            # harmless in Megatron (it is a no-op), keep it accepted but meaningless
-            pass
-        return self
+        return self  # sequence_parallel with tp 1 is accepted: a no-op, as in Megatron
 
     @property
     def world_size(self) -> int:
         return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def zero_shard(self) -> int:
+        """The ranks a dense ZeRO / FSDP shard spans: ``dp_shard``, else all of DP x CP."""
+        return min(self.dp_shard or self.dp * self.cp, self.dp * self.cp)
+
+    @property
+    def dp_replicas(self) -> int:
+        """The shard groups holding one replica each (1: no hybrid sharding)."""
+        return max(1, self.dp * self.cp // self.zero_shard)
 
     @property
     def expert_tp(self) -> int:

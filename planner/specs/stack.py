@@ -293,6 +293,11 @@ class StackCapabilities(Spec):
         description="AdamW state smaller than fp32 master + moments (Training.optimizer_states "
         "fp32_remainders or bf16): Apex DistributedFusedAdam, Transformer Engine FusedAdam",
     )
+    hybrid_shard: bool = Field(
+        default=False,
+        description="ZeRO / FSDP state sharded within groups of DP ranks and replicated across "
+        "them (Layout.dp_shard: HSDP, Megatron-Core's partial distributed optimizer)",
+    )
     # what the code base's model definitions can express (a legacy code base's models predate
     # GLU activations, grouped-query attention, untied output layers and MLA)
     activations: tuple[Activation, ...] = Field(

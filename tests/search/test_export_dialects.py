@@ -371,6 +371,10 @@ TRAINING = Training(seq_len=4096, global_batch=64, micro_batch=2)
         (nemo_overrides, Layout(pp=4, dp=4, schedule="zb-h1"), "pipeline schedule zb-h1"),
         (megatron_bridge_overrides, Layout(pp=4, dp=4, pp_scatter_gather=True), "pp_scatter"),
         (megatron_args, Layout(tp=2, pp=4, dp=2, pp_scatter_gather=True), "scatter/gather"),
+        (deepspeed_json, Layout(dp=16, zero=3, dp_shard=8), "layout.dp_shard = 8"),
+        (megatron_deepspeed_args, Layout(dp=16, zero=1, dp_shard=8), "layout.dp_shard = 8"),
+        (llm_foundry_yaml, Layout(dp=16, zero=2, dp_shard=8), "layout.dp_shard = 8"),
+        (megatron_args, Layout(dp=16, zero=3, dp_shard=8), "dp_shard 8 at ZeRO-3"),
     ],
 )
 def test_an_inexpressible_field_is_stated(writer: Any, layout: Layout, field: str) -> None:
@@ -517,3 +521,19 @@ def test_megatron_args_state_the_fp8_recipe_and_fp8_weights() -> None:
     assert "--fp8-param-gather" in lines(fp8_recipe="tensorwise", fp8_param_gather=True)
     rowwise = lines(fp8_recipe="rowwise")
     assert any(NOT_EXPRESSED in x and "rowwise" in x for x in rowwise)
+
+
+def test_hybrid_sharding_is_written_where_the_framework_has_a_key() -> None:
+    """Layout.dp_shard: torchtitan's replicate x shard degrees, Megatron-Core's distributed-
+    optimizer instances, FSDP HYBRID_SHARD; no statement where it is written."""
+    layout = Layout(dp=16, zero=3, dp_shard=4)
+    toml = torchtitan_toml(MODEL, GPUS, layout, TRAINING)
+    assert "data_parallel_replicate_degree = 4" in toml.splitlines()
+    assert "data_parallel_shard_degree = 4" in toml.splitlines()
+    assert _stated(toml) == []
+    assert "HYBRID_SHARD" in llm_foundry_yaml(MODEL, GPUS, layout, TRAINING)
+    partial = Layout(dp=16, zero=1, dp_shard=4)
+    args = megatron_args(MODEL, GPUS, partial, TRAINING)
+    assert "--num-distributed-optimizer-instances 4" in args.splitlines() and not _stated(args)
+    bridge = megatron_bridge_overrides(MODEL, GPUS, partial, TRAINING)
+    assert _overrides(bridge, yaml.safe_load)["ddp.num_distributed_optimizer_instances"] == 4

@@ -134,6 +134,8 @@ def _in_use(layout: Layout, training: Training, name: str) -> bool:
     value = field_value(layout, training, name)
     if name == "sequence_parallel":
         return bool(value) and layout.tp > 1
+    if name == "dp_shard":
+        return layout.dp_replicas > 1
     if name == "overlap_tp_comm":
         return bool(value) and layout.tp > 1
     if name == "overlap_ep_comm":

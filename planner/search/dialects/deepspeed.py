@@ -51,6 +51,8 @@ STANDALONE_REASONS = {
     "moe_dispatcher": "no expert parallelism",
     "fp8_dispatch": "no expert parallelism",
     "pp_scatter_gather": "no pipeline parallelism",
+    "dp_shard": "the planner knows no DeepSpeed key for hybrid sharding of every stage (MiCS "
+    "mics_shard_size covers ZeRO-3 only)",
     "offload_layers": "activation offload is not a DeepSpeed key (offload_optimizer / "
     "offload_param move optimizer states / parameters)",
     "cross_entropy": "the loss kernel is the model code's",

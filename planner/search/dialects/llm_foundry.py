@@ -68,6 +68,18 @@ def _fsdp_config(layout: Layout, training: Training) -> tuple[dict[str, Any], li
             f"training.recompute = selective: {NOT_EXPRESSED} (activation_checkpointing "
             "checkpoints whole blocks)"
         )
+    if layout.dp_replicas > 1 and strategy == "FULL_SHARD":
+        # HSDP (Layout.dp_shard): FSDP HYBRID_SHARD over a (replicate, shard) device mesh
+        strategy = "HYBRID_SHARD"
+        notes.append(
+            f"layout.dp_shard = {layout.dp_shard}: HYBRID_SHARD shards within a node by "
+            "default; set Composer's data_parallel_shard_degree to the group size"
+        )
+    elif layout.dp_replicas > 1:
+        notes.append(
+            f"layout.dp_shard = {layout.dp_shard}: {NOT_EXPRESSED} (FSDP's hybrid strategies "
+            "are FULL_SHARD's and SHARD_GRAD_OP's _HYBRID_SHARD_ZERO2)"
+        )
     prefetch = layout.overlap_zero3_param_gather or layout.zero < 3
     fsdp = {
         "sharding_strategy": strategy,

@@ -155,6 +155,10 @@ def _core_rows(model: ModelSpec, layout: Layout, training: Training) -> tuple[li
     ]
     if zero == 3:  # Megatron-FSDP shards parameters, gradients and optimizer states
         rows.append(("ddp", "data_parallel_sharding_strategy", "optim_grads_params"))
+    if layout.dp_replicas > 1 and zero < 3:  # hybrid sharding (Layout.dp_shard)
+        rows.append(("ddp", "num_distributed_optimizer_instances", layout.dp_replicas))
+    elif layout.dp_replicas > 1:
+        notes.append(f"dp_shard {layout.dp_shard} at ZeRO-3: {NOT_EXPRESSED}")
     if training.optimizer_states != "fp32":  # TE FusedAdam: master kept as remainders
         rows.append(("optim", "use_precision_aware_optimizer", True))
     if training.optimizer_states == "bf16":
@@ -353,6 +357,8 @@ def _mds_notes(layout: Layout, training: Training) -> list[str]:
             "schedule": "DeepSpeed's PipelineEngine runs 1F1B only",
             "overlap_tp_comm": "no TP communication overlap flag",
             "overlap_ep_comm": "no expert-parallel communication overlap flag",
+            "dp_shard": "no hybrid-sharding argument (DeepSpeed's MiCS and ZeRO++ hpZ are "
+            "other schemes)",
             "moe_dispatcher": "DeepSpeed-MoE sends one copy of a token per expert",
             "fp8_dispatch": "DeepSpeed-MoE dispatches in the activation dtype",
             "pp_scatter_gather": "the PipelineEngine sends whole activations",

@@ -67,6 +67,10 @@ def _pipeline_split_args(model: ModelSpec, layout: Layout) -> list[str]:
 def _zero_and_precision_args(layout: Layout, training: Training) -> list[str]:
     """The optimizer sharding and the precision flags."""
     lines = ["--use-distributed-optimizer"] if layout.zero >= 1 else []
+    if layout.dp_replicas > 1 and layout.zero < 3:  # hybrid sharding (Layout.dp_shard)
+        lines.append(f"--num-distributed-optimizer-instances {layout.dp_replicas}")
+    elif layout.dp_replicas > 1:
+        lines.append(f"# dp_shard {layout.dp_shard} at ZeRO-3: {NOT_EXPRESSED}")
     if layout.zero == 2:
         lines.append(
             "# ZeRO-2: the distributed optimizer already reduce-scatters gradients "

@@ -23,6 +23,7 @@ from typing import Any
 
 from planner.schedules import schedule_of
 from planner.search.dialects._common import (
+    NOT_EXPRESSED,
     fp32_states_reason,
     host_offload_reasons,
     not_expressed,
@@ -96,9 +97,14 @@ def torchtitan_toml(model: ModelSpec, gpus: int, layout: Layout, training: Train
         rows.append(("compile", True))
         lines += ["# later torchtitan releases spell [training] compile as [compile] enable", ""]
     lines += _toml_table("training", rows)
+    # HSDP (Layout.dp_shard): the replicate degree is the groups holding one shard, when they
+    # split DP itself (torchtitan's shard dimension spans the CP ranks too)
+    replicas = layout.dp_replicas if shard and layout.dp % layout.dp_replicas == 0 else 1
+    if shard and replicas != layout.dp_replicas:
+        lines += [f"# dp_shard {layout.dp_shard} across the CP ranks: {NOT_EXPRESSED}", ""]
     parallel: list[tuple[str, Any]] = [
-        ("data_parallel_replicate_degree", 1 if shard else layout.dp),
-        ("data_parallel_shard_degree", layout.dp if shard else 1),
+        ("data_parallel_replicate_degree", replicas if shard else layout.dp),
+        ("data_parallel_shard_degree", layout.dp // replicas if shard else 1),
     ]
     if layout.zero == 2:
         parallel.append(("fsdp_reshard_after_forward", "never"))
