@@ -25,6 +25,7 @@ from planner.advise_pipeline import (
     interleave_levers,
     schedule_levers,
 )
+from planner.costs import comms
 from planner.errors import PlannerError
 from planner.legality import check_layout, first_violation, violations
 from planner.profile import CalibrationProfile
@@ -98,6 +99,7 @@ def _candidates(
     out += _dp_overlap_levers(L, T)
     out += _training_levers(model, T, L)
     out += _zero1_levers(L, T)
+    out += _hybrid_shard_levers(cluster, L, T)
     out += _tp_pp_split_levers(model, cluster, L, T)
     return out
 
@@ -252,6 +254,37 @@ def _zero1_levers(L: Layout, T: Training) -> list[Candidate]:
             f"ZeRO-1 instead of ZeRO-{L.zero}: shard the optimizer states over DP "
             "(Megatron --use-distributed-optimizer)",
             changed_layout(L, zero=1),
+            T,
+        )
+    ]
+
+
+def _hybrid_shard_levers(cluster: Cluster, L: Layout, T: Training) -> list[Candidate]:
+    """Hybrid sharding within a scale-up domain, where ZeRO shards over DP x CP ranks in
+    several domains (the gathers stay on the scale-up fabric; each GPU holds the domain's
+    share of the state); full sharding again where hybrid sharding is in use."""
+    if L.zero == 0:
+        return []
+    if L.dp_replicas > 1:
+        return [
+            Candidate(
+                "full sharding",
+                f"shard the ZeRO state over all {L.dp * L.cp} DP x CP ranks instead of groups "
+                f"of {L.zero_shard} (less memory, wider collectives)",
+                changed_layout(L, dp_shard=None),
+                T,
+            )
+        ]
+    per = comms.place(L.dp * L.cp, L.tp, cluster.spec.scale_up_domain_gpus).per_domain
+    if per >= L.dp * L.cp or (L.dp * L.cp) % per:
+        return []
+    return [
+        Candidate(
+            "hybrid sharding",
+            f"shard the ZeRO state within each scale-up domain ({per} DP x CP ranks) and "
+            f"replicate it across the {L.dp * L.cp // per} domains (HSDP; Megatron "
+            f"--num-distributed-optimizer-instances {L.dp * L.cp // per})",
+            changed_layout(L, dp_shard=per),
             T,
         )
     ]

@@ -246,3 +246,26 @@ def test_selective_recompute_modules_do_not_break_the_other_recompute_levers() -
     names = _by_name(advise(model, cluster, layout, training))
     assert names["recompute none"].training.recompute_modules is None
     assert names["recompute full"].training.recompute == "full"
+
+
+def test_hybrid_sharding_is_offered_across_scale_up_domains_and_undone_within() -> None:
+    """ZeRO over several scale-up domains: a lever shards within each domain (Layout.dp_shard,
+    the gathers stay on NVLink, each GPU holds the domain's share of the state); it is
+    unavailable under a stack that cannot run it, naming the stack; a hybrid layout is offered
+    full sharding."""
+    model, cluster = planner.load_model("llama3.1-8b"), planner.load_cluster("dgx-h100")
+    training = planner.Training(seq_len=4096, global_batch=64, recompute="full")
+    full = planner.Layout(dp=64, zero=3)
+    lever = _by_name(advise(model, cluster, full, training))["hybrid sharding"]
+    assert lever.applicable and lever.layout.dp_shard == 8
+    assert lever.memory_change_gib is not None and lever.memory_change_gib > 0
+    refused = advise(
+        model, cluster, full, training, include_unavailable=True,
+        stack=planner.load_stack("deepspeed-zero"),
+    )  # fmt: skip
+    hybrid = _by_name(refused)["hybrid sharding"]
+    assert not hybrid.applicable and "deepspeed-zero" in hybrid.reason
+    back = _by_name(advise(model, cluster, lever.layout, training))["full sharding"]
+    assert back.layout.dp_shard is None and back.memory_change_gib < 0
+    one_node = planner.Layout(dp=8, zero=3)
+    assert "hybrid sharding" not in _by_name(advise(model, cluster, one_node, training))
