@@ -53,12 +53,15 @@ def cases(draw, doubling_tp=False):
     dp = draw(st.integers(1, 8))
     micro = draw(st.integers(1, 4))
     k = draw(st.integers(1, 8))
+    zero = draw(st.sampled_from([0, 1, 2, 3]))
+    shards = [None, *(d for d in (1, 2, 4) if dp % d == 0)] if zero else [None]
     layout = Layout(
         tp=tp,
         pp=pp,
         dp=dp,
         sequence_parallel=tp > 1 and draw(st.booleans()),
-        zero=draw(st.sampled_from([0, 1, 2, 3])),
+        zero=zero,
+        dp_shard=draw(st.sampled_from(shards)),  # hybrid sharding (HSDP) now and then
     )
     training = Training(
         seq_len=draw(st.sampled_from([128, 512, 1024, 2048, 4096, 8192])),

@@ -211,11 +211,14 @@ def test_every_stack_on_random_legal_layouts_is_finite() -> None:
         stack = planner.load_stack(rng.choice(STACKS))
         model = rng.choice(models)
         tp, pp = rng.choice((1, 2, 4)), rng.choice((1, 2))
+        zero, dp = rng.choice(stack.capabilities.zero_stages), 16 // (tp * pp)
+        hybrid = zero and dp > 2 and stack.capabilities.hybrid_shard and rng.random() < 0.3
         layout = Layout(
             tp=tp,
             pp=pp,
-            dp=16 // (tp * pp),
-            zero=rng.choice(stack.capabilities.zero_stages),
+            dp=dp,
+            zero=zero,
+            dp_shard=2 if hybrid else None,
             ep=2 if model.moe and stack.capabilities.ep else 1,
             sequence_parallel=tp > 1 and rng.random() < 0.5,
         )
