@@ -114,8 +114,8 @@ V1_LOSS: dict[str, str] = {"compiled": "fp32_log_softmax"}
 # SequenceParallel on the norms (apply_tp: torchtitan/parallelisms/parallelize_llama.py to
 # 2025-02, torchtitan/models/llama3/infra/parallelize.py to 2026-02; a switch only since aa68af18e, 2026-03-29, ParallelismConfig.enable_sequence_parallel, default
 # True), and NeMo's and Megatron-Bridge's recipes set sequence_parallel = tp > 1. A schema 1
-# row of these stacks that writes sequence_parallel false (the schema's example value) and fits
-# in memory only with it on is costed with it on (planner/validate/run.py)
+# row of these stacks that writes sequence_parallel false (the schema's example value) and does
+# not fit in memory without it is costed with it on (planner/validate/run.py)
 SEQUENCE_PARALLEL_BY_DEFAULT: frozenset[str] = frozenset(
     {
         "torchtitan-eager",

@@ -155,9 +155,9 @@ def _sequence_parallel_read(case: Case | CaseV2, i: CaseInputs, profile: Any) ->
     """A schema 1 case that writes ``sequence_parallel: false`` with TP under a stack whose TP
     shards the sequence by default (:data:`~planner.validate.frameworks.
     SEQUENCE_PARALLEL_BY_DEFAULT`): where its stated inputs (unstated knobs at their lightest)
-    do not fit without sequence parallelism and fit with it, ``i`` with it on, said in the
-    row; else ``i``. Schema 1 has no null reading of the field that writers use (its example
-    says false); the run happened."""
+    do not fit without sequence parallelism, ``i`` with it on, said in the row (the memory
+    fallbacks then start from the stack's default); else ``i``. Schema 1 has no null reading
+    of the field that writers use (its example says false); the run happened."""
     if (
         isinstance(case, CaseV2)
         or case.layout.sequence_parallel is not False
@@ -165,13 +165,13 @@ def _sequence_parallel_read(case: Case | CaseV2, i: CaseInputs, profile: Any) ->
         or i.stack.name not in SEQUENCE_PARALLEL_BY_DEFAULT
     ):
         return i
-    on = replace(i, layout=i.layout.with_changes(sequence_parallel=True))
-    if _fits_lightest(i, profile) or not _fits_lightest(on, profile):
+    if _fits_lightest(i, profile):
         return i
+    on = replace(i, layout=i.layout.with_changes(sequence_parallel=True))
     on.notes = [
         *i.notes,
         f"layout.sequence_parallel false: {i.stack.name} runs TP {i.layout.tp} with sequence "
-        "parallelism by default, and the case fits in memory only with it: costed on",
+        "parallelism by default, and the case does not fit in memory without it: costed on",
     ]
     return on
 

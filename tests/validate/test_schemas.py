@@ -1172,7 +1172,7 @@ def test_schema_1_reads_an_unstated_sequence_parallelism_as_the_stack_runs_it() 
 
 def test_a_false_sequence_parallelism_that_cannot_fit_is_read_as_the_stacks_default() -> None:
     """torchtitan's TP plan shards the norms' inputs (sequence parallelism) by default: a schema
-    1 row that writes false, and fits only with it on, costs as if it said true and says so.
+    1 row that writes false, and does not fit without it, costs as if it said true and says so.
     Where it fits without (a smaller model), or under a stack whose TP runs without it by
     default (Megatron-LM's --sequence-parallel is opt-in), the false stands."""
     big = _v1("llama3.1-70b", num_gpus=64, framework="torchtitan")
