@@ -126,6 +126,12 @@ SEQUENCE_PARALLEL_BY_DEFAULT: frozenset[str] = frozenset(
         "megatron-bridge",
     }
 )
+# a framework name that says the state was sharded within groups and replicated across them
+# ("PyTorch FSDP (HSDP)", "FSDP HYBRID_SHARD", "torchtitan hybrid sharding"): FSDP's
+# HYBRID_SHARD shards within a node by default (torch.distributed.fsdp ShardingStrategy
+# HYBRID_SHARD: "shard within a node, replicate across nodes"), so a schema 1 row that says so
+# is costed with Layout.dp_shard the DP x CP ranks of one scale-up domain
+HYBRID_SHARD_WORDS = re.compile(r"\bhsdp\b|hybrid[\s_-]*shard", re.IGNORECASE)
 # DeepSpeed by itself is data parallel (ZeRO); a DeepSpeed row that states tensor or pipeline
 # parallelism ran Megatron's model on it: DeepSpeed's "3D parallelism" is Megatron-LM's TP
 # with DeepSpeed's pipeline engine and ZeRO (Rasley et al. 2020, KDD, and the DeepSpeed blog
@@ -434,6 +440,7 @@ __all__ = [
     "BY_ZERO3",
     "EXECUTION_MODES",
     "FRAMEWORK_STACKS",
+    "HYBRID_SHARD_WORDS",
     "NAMED_EXECUTION",
     "NAMED_EXECUTION_FP8",
     "NAMED_EXECUTION_OF",

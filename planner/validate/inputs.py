@@ -22,7 +22,12 @@ from planner.specs.model import ModelSpec, MoESpec
 from planner.specs.stack import StackSpec
 from planner.validate.cases import Case, CaseV2, Knob
 from planner.validate.framework_names import JAX_NAMES
-from planner.validate.frameworks import V1_LOSS, code_bases, normalise, stack_for_framework
+from planner.validate.frameworks import (
+    V1_LOSS,
+    code_bases,
+    normalise,
+    stack_for_framework,
+)
 
 
 @dataclass

@@ -35,10 +35,10 @@ from planner.validate.files import (
     read_case_file,
     repeated_ids,
 )
-from planner.validate.frameworks import SEQUENCE_PARALLEL_BY_DEFAULT
 from planner.validate.inputs import CaseInputs, case_inputs, v1_zero3_stack
 from planner.validate.leniency import forgive
 from planner.validate.summary import summarize
+from planner.validate.v1_readings import schema_1_readings
 
 
 def _empty_row(case_id: str) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def run_case(raw: Any, profile_for: Any, schema: int = 1, strict: bool = False) 
 
 def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: Any) -> dict:
     """The row of one case: its stated inputs under its stack, the unstated knobs tuned."""
-    i = _sequence_parallel_read(case, inputs, profile)
+    i = schema_1_readings(case, inputs, profile)
     notes = list(i.notes)
     violations = [
         *model_violations(i.stack, i.model),
@@ -149,43 +149,6 @@ def _simulate_case(out: dict, case: Case | CaseV2, inputs: CaseInputs, profile: 
     if not rep.fits and "zero" in i.unstated:
         rep = _at_zero3(out, case, i, rep, profile, notes)
     return _case_result(out, case, rep, notes, i.memory_kind, i.model.moe is not None)
-
-
-def _sequence_parallel_read(case: Case | CaseV2, i: CaseInputs, profile: Any) -> CaseInputs:
-    """A schema 1 case that writes ``sequence_parallel: false`` with TP under a stack whose TP
-    shards the sequence by default (:data:`~planner.validate.frameworks.
-    SEQUENCE_PARALLEL_BY_DEFAULT`): where its stated inputs (unstated knobs at their lightest)
-    do not fit without sequence parallelism, ``i`` with it on, said in the row (the memory
-    fallbacks then start from the stack's default); else ``i``. Schema 1 has no null reading
-    of the field that writers use (its example says false); the run happened."""
-    if (
-        isinstance(case, CaseV2)
-        or case.layout.sequence_parallel is not False
-        or i.layout.tp == 1
-        or i.stack.name not in SEQUENCE_PARALLEL_BY_DEFAULT
-    ):
-        return i
-    if _fits_lightest(i, profile):
-        return i
-    on = replace(i, layout=i.layout.with_changes(sequence_parallel=True))
-    on.notes = [
-        *i.notes,
-        f"layout.sequence_parallel false: {i.stack.name} runs TP {i.layout.tp} with sequence "
-        "parallelism by default, and the case does not fit in memory without it: costed on",
-    ]
-    return on
-
-
-def _fits_lightest(i: CaseInputs, profile: Any) -> bool:
-    """Whether the case fits with its unstated knobs at their lightest setting (False where
-    it cannot be costed)."""
-    lay, tr, _ = lightest_setting(i.model, i.layout, i.training, i.unstated, i.stack)
-    try:
-        return simulate_step(
-            i.model, i.cluster, lay, tr, profile, stack=i.stack, enforce_stack=False
-        ).fits
-    except PlannerError:
-        return False
 
 
 def _at_zero3(

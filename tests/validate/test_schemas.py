@@ -1193,6 +1193,34 @@ def test_a_false_sequence_parallelism_that_cannot_fit_is_read_as_the_stacks_defa
     assert small_row["status"] == "ok" and "costed on" not in small_row["reason"]
 
 
+def test_a_framework_that_says_hybrid_sharding_shards_within_whole_scale_up_domains() -> None:
+    """'HSDP' / 'HYBRID_SHARD' in a schema 1 framework name: the ZeRO state is sharded within
+    the smallest group of whole nodes the case fits in (a node for Llama 3.1 8B, 32 GPUs for
+    70B on 64 H100) and the row says so; a stack that cannot run it says that instead, and a
+    name without the words is unchanged."""
+    rows = {}
+    for model, framework in (
+        ("llama3.1-8b", "torchtitan HSDP"),
+        ("llama3.1-70b", "PyTorch FSDP (HYBRID_SHARD)"),
+        ("llama3.1-70b", "DeepSpeed (hybrid shard)"),
+        ("llama3.1-70b", "PyTorch FSDP"),
+    ):
+        raw = _v1(model, framework=framework, num_gpus=64)
+        raw["layout"] = {"tp": 1, "pp": 1, "dp": 64, "zero": 3}
+        raw["training"].update(seq_len=4096, global_batch=128, micro_batch=1, recompute="full")
+        rows[framework] = run_case(raw, planner.default_profile, 1)
+    assert all(row["status"] == "ok" for row in rows.values())
+    assert "groups of 8 DP x CP ranks" in rows["torchtitan HSDP"]["reason"]
+    assert "groups of 32 DP x CP ranks" in rows["PyTorch FSDP (HYBRID_SHARD)"]["reason"]
+    assert "not costed under deepspeed-zero" in rows["DeepSpeed (hybrid shard)"]["reason"]
+    plain = rows["PyTorch FSDP"]
+    assert "hybrid" not in plain["reason"]
+    assert (
+        rows["PyTorch FSDP (HYBRID_SHARD)"]["predicted_peak_memory_gib"]
+        > (plain["predicted_peak_memory_gib"])
+    )
+
+
 def test_an_unstated_context_parallel_size_is_implied_by_a_stated_dp() -> None:
     """A null cp beside a stated dp is the GPUs tp*pp*dp leave (as a null dp is the GPUs a
     model copy leaves): the row costs as if it said so, and says it; where tp*pp*dp already
