@@ -72,8 +72,10 @@ def _zero_options(layout: Layout) -> list[tuple[str, dict, dict]]:
 
 def _shard_options(layout: Layout) -> list[tuple[str, dict, dict]]:
     """Wider hybrid-sharding groups (Layout.dp_shard), up to the whole DP x CP group."""
+    if layout.dp_replicas == 1:
+        return []
     out, shard, grid = [], layout.zero_shard * 2, layout.dp * layout.cp
-    while layout.dp_replicas > 1 and shard <= grid and grid % shard == 0:
+    while shard <= grid and grid % shard == 0:
         out.append((f"--dp-shard {shard}", {"dp_shard": shard}, {}))
         shard *= 2
     return out

@@ -155,10 +155,11 @@ FRAMEWORK_STACKS: dict[str, str] = {
     # JAX on GPUs: MaxText (e591f30c), Levanter (9263f81e), Paxml (NVIDIA JAX-Toolbox
     # rosetta/projects/pax at 8b3ce014), and T5X (google-research/t5x; on GPUs through
     # JAX-Toolbox rosetta/projects/t5x), EasyLM (young-geng/EasyLM) and Alpa
-    # (alpa-projects/alpa), each a JAX step partitioned by XLA: one XLA-compiled step, FSDP sharding, fp32 gradients,
-    # collectives overlapped by XLA's latency-hiding scheduler, attention cuDNN fused through
-    # Transformer Engine. No shipped stack is all of these; torchtitan-compiled is all but the
-    # attention (SDPA flash); fp8: torchtitan-compiled-float8 (JAX_FP8)
+    # (alpa-projects/alpa), each a JAX step partitioned by XLA: one XLA-compiled step, FSDP
+    # sharding, fp32 gradients, collectives overlapped by XLA's latency-hiding scheduler,
+    # attention cuDNN fused through Transformer Engine. No shipped stack is all of these;
+    # torchtitan-compiled is all but the attention (SDPA flash); fp8:
+    # torchtitan-compiled-float8 (JAX_FP8)
     **dict.fromkeys(JAX_NAMES, "torchtitan-compiled"),
 }
 

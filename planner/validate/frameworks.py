@@ -112,10 +112,11 @@ EXECUTION_MODES: dict[str, tuple[str, ...]] = {
 V1_LOSS: dict[str, str] = {"compiled": "fp32_log_softmax"}
 # stacks whose tensor parallelism shards the sequence by default: torchtitan's TP plan puts
 # SequenceParallel on the norms (apply_tp: torchtitan/parallelisms/parallelize_llama.py to
-# 2025-02, torchtitan/models/llama3/infra/parallelize.py to 2026-02; a switch only since aa68af18e, 2026-03-29, ParallelismConfig.enable_sequence_parallel, default
-# True), and NeMo's and Megatron-Bridge's recipes set sequence_parallel = tp > 1. A schema 1
-# row of these stacks that writes sequence_parallel false (the schema's example value) and does
-# not fit in memory without it is costed with it on (planner/validate/run.py)
+# 2025-02, torchtitan/models/llama3/infra/parallelize.py to 2026-02; a switch only since
+# aa68af18e, 2026-03-29, ParallelismConfig.enable_sequence_parallel, default True), and NeMo's
+# and Megatron-Bridge's recipes set sequence_parallel = tp > 1. A schema 1 row of these stacks
+# that writes sequence_parallel false (the schema's example value) and does not fit in memory
+# without it is costed with it on (planner/validate/v1_readings.py)
 SEQUENCE_PARALLEL_BY_DEFAULT: frozenset[str] = frozenset(
     {
         "torchtitan-eager",
@@ -130,7 +131,8 @@ SEQUENCE_PARALLEL_BY_DEFAULT: frozenset[str] = frozenset(
 # ("PyTorch FSDP (HSDP)", "FSDP HYBRID_SHARD", "torchtitan hybrid sharding"): FSDP's
 # HYBRID_SHARD shards within a node by default (torch.distributed.fsdp ShardingStrategy
 # HYBRID_SHARD: "shard within a node, replicate across nodes"), so a schema 1 row that says so
-# is costed with Layout.dp_shard the DP x CP ranks of one scale-up domain
+# is costed with Layout.dp_shard the smallest group of whole scale-up domains it fits in
+# (planner/validate/v1_readings.py)
 HYBRID_SHARD_WORDS = re.compile(r"\bhsdp\b|hybrid[\s_-]*shard", re.IGNORECASE)
 # DeepSpeed by itself is data parallel (ZeRO); a DeepSpeed row that states tensor or pipeline
 # parallelism ran Megatron's model on it: DeepSpeed's "3D parallelism" is Megatron-LM's TP
