@@ -37,7 +37,8 @@ from planner.profile import CalibrationProfile
 from planner.report import StepReport
 from planner.specs.fields import InputField, input_fields
 from planner.specs.hardware import Cluster
-from planner.specs.layout import CrossEntropy, Layout, Training
+from planner.specs.knobs import CrossEntropy
+from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 GOODPUT_OPEN = "est_goodput_open"

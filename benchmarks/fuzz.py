@@ -88,6 +88,7 @@ EXTRA_DONORS: dict[str, list[Any]] = {
     "zero": [0, 1, 2, 3],
     "recompute": ["none", "selective", "full"],
     "recompute_modules": [["core_attn"], ["mla_up_proj", "moe_act"], ["moe", "shared_experts"], []],
+    "recompute_fraction": [0.25, 0.5, 1.0, 0.0, 1.5, -0.5, float("nan"), None],
     "precision": ["bf16", "fp16", "fp8", "fp32"],
     "attention_kernel": ["fused", "cudnn", "flash2", "flash_triton", "unfused"],
     "cross_entropy": ["fp32_copy", "in_place"],
@@ -506,6 +507,8 @@ def plausible_job(rng: Any, m: dict, schedules: list) -> tuple[dict, dict, int]:
     }
     if training["recompute"] == "selective" and rng.random() < 0.3:
         training["recompute_modules"] = rng.choice(EXTRA_DONORS["recompute_modules"][:3])
+    if training["recompute"] == "full" and rng.random() < 0.3:  # a share of the layers
+        training["recompute_fraction"] = rng.choice((0.1, 0.25, 0.5, 0.75))
     for key, p in (("precision", 0.3), ("attention_kernel", 0.2), ("cross_entropy", 0.1)):
         if rng.random() < p:
             training[key] = rng.choice(EXTRA_DONORS[key])

@@ -35,6 +35,7 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
+from planner.unknowns import RECOMPUTE_FRACTIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,7 @@ def _candidates(
         out += interleave_levers(model, L, T)
         out += schedule_levers(L, T)
     out += _tp_ep_levers(L, T)
-    out += _recompute_levers(L, T)
+    out += _recompute_levers(model, L, T)
     out += _dp_overlap_levers(L, T)
     out += _training_levers(model, T, L)
     out += _zero1_levers(L, T)
@@ -140,11 +141,12 @@ def _tp_ep_levers(L: Layout, T: Training) -> list[Candidate]:
     return out
 
 
-def _recompute_levers(L: Layout, T: Training) -> list[Candidate]:
-    """The other activation-recomputation modes, and selective + SP in place of full."""
+def _recompute_levers(model: ModelSpec, L: Layout, T: Training) -> list[Candidate]:
+    """The other activation-recomputation modes, full recompute of a share of the layers, and
+    selective + SP in place of full."""
     out: list[Candidate] = []
     for r in ("selective", "none", "full"):
-        if r == T.recompute:
+        if r == T.recompute and T.recompute_share in (0.0, 1.0):
             continue
         out.append(
             Candidate(
@@ -153,7 +155,27 @@ def _recompute_levers(L: Layout, T: Training) -> list[Candidate]:
                 L,
                 # the modules list belongs to selective recompute only (Training's validator)
                 changed_training(
-                    T, recompute=r, **({} if r == "selective" else {"recompute_modules": None})
+                    T,
+                    recompute=r,
+                    recompute_fraction=None,
+                    **({} if r == "selective" else {"recompute_modules": None}),
+                ),
+            )
+        )
+    chunk = model.layers / (L.pp * L.virtual_stages)
+    for share in RECOMPUTE_FRACTIONS:
+        if T.recompute == "full" and T.recompute_fraction == share:
+            continue
+        n = max(1, round(share * chunk))
+        out.append(
+            Candidate(
+                f"recompute full on {100 * share:g} %",
+                f"full recomputation of {100 * share:g} % of each model chunk's layers, the "
+                "others keeping their activations (Megatron --recompute-granularity full "
+                f"--recompute-method block --recompute-num-layers {n})",
+                L,
+                changed_training(
+                    T, recompute="full", recompute_fraction=share, recompute_modules=None
                 ),
             )
         )

@@ -4,7 +4,8 @@ A layout whose peak memory exceeds the usable HBM is a dead end unless the plann
 changes bring it under. :func:`memory_fixes` tries the memory levers a training engineer turns
 first, alone and combined (at most ``MAX_CHANGES`` at once): a higher ZeRO stage (shards
 optimizer states, then gradients, then weights over DP), selective then full activation
-recomputation, a smaller micro-batch (more micro-batches per step), a larger TP or PP
+recomputation (full of a quarter, half or three quarters of the layers first, where the stack
+runs it), a smaller micro-batch (more micro-batches per step), a larger TP or PP
 degree (DP shrinks to keep the GPU count), fewer layers on the first or the last pipeline rank
 (Megatron-Core ``--decoder-first/last-pipeline-num-layers``: each rank holds its own layers'
 state and activations, and the first holds the most micro-batches in flight), and host
@@ -31,6 +32,7 @@ from planner.specs.hardware import Cluster
 from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
+from planner.unknowns import RECOMPUTE_FRACTIONS
 
 MAX_CHANGES = 3
 MAX_FIXES = 3
@@ -81,9 +83,35 @@ def _shard_options(layout: Layout) -> list[tuple[str, dict, dict]]:
     return out
 
 
+def _modules(recompute: str) -> dict[str, Any]:
+    """The module list belongs to selective recompute only (Training's validator)."""
+    return {} if recompute == "selective" else {"recompute_modules": None}
+
+
 def _recompute_options(training: Training) -> list[tuple[str, dict, dict]]:
-    start = RECOMPUTE_ORDER.index(training.recompute) + 1
-    return [(f"--recompute {r}", {}, {"recompute": r}) for r in RECOMPUTE_ORDER[start:]]
+    """Heavier recompute: the next levels, and full recompute of a larger share of the layers
+    (:data:`planner.unknowns.RECOMPUTE_FRACTIONS`; a stack without partial recompute refuses
+    those in ``simulate``, so they are never proposed there)."""
+    share = training.recompute_share
+    start = RECOMPUTE_ORDER.index(training.recompute) + (0 if share < 1.0 else 1)
+    out = [
+        (f"--recompute {r}", {}, {"recompute": r, "recompute_fraction": None} | _modules(r))
+        for r in RECOMPUTE_ORDER[start:]
+        if r != training.recompute
+    ]
+    if share < 1.0:
+        out += [
+            (
+                f"--recompute full --recompute-fraction {f:g}",
+                {},
+                {"recompute": "full", "recompute_fraction": f, "recompute_modules": None},
+            )
+            for f in RECOMPUTE_FRACTIONS
+            if f > share
+        ]
+    if training.recompute == "full" and share < 1.0:  # every layer: the flag unset
+        out.append(("--recompute-fraction 1", {}, {"recompute_fraction": None}))
+    return out
 
 
 def _micro_batch_options(training: Training) -> list[tuple[str, dict, dict]]:

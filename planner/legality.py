@@ -369,7 +369,13 @@ def optimizer_offload_needs_host(c: Candidate) -> Found | None:
     return None
 
 
-@_rule("checkpoint_offload_needs_full_recompute", "checkpoint_offload", "recompute", "pp")
+@_rule(
+    "checkpoint_offload_needs_full_recompute",
+    "checkpoint_offload",
+    "recompute",
+    "recompute_fraction",
+    "pp",
+)
 def checkpoint_offload_needs_full_recompute(c: Candidate) -> Found | None:
     t = c.training
     if not t.checkpoint_offload:
@@ -380,6 +386,13 @@ def checkpoint_offload_needs_full_recompute(c: Candidate) -> Found | None:
             f"checkpoint offload with recompute {t.recompute}: only full recompute keeps "
             "layer-input checkpoints to offload",
             "recompute full, or checkpoint_offload off",
+        )
+    if t.recompute_share < 1.0:
+        return (
+            "training.checkpoint_offload",
+            f"checkpoint offload with recompute_fraction {t.recompute_fraction:g}: costed with "
+            "every layer's checkpoint on the host only",
+            "recompute_fraction unset (every layer), or checkpoint_offload off",
         )
     if c.layout.pp > 1:
         return (

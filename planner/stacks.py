@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 
 from planner.errors import PlannerError
 from planner.schedules import SCHEDULES, default_schedule_name
-from planner.specs.layout import Layout, Training, fp8_gatherable
+from planner.specs.knobs import fp8_gatherable
+from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import AttentionImpl, StackSpec
 
@@ -299,6 +300,13 @@ def stack_violations(stack: StackSpec, layout: Layout, training: Training) -> li
             training.recompute not in c.recompute,
             f"recompute {training.recompute}",
             "recompute " + " / ".join(c.recompute),
+        ),
+        (
+            "training.recompute_fraction",
+            training.recompute_share not in (0.0, 1.0) and not c.partial_recompute,
+            f"full recompute of a share of the layers (recompute_fraction "
+            f"{training.recompute_fraction})",
+            "recompute_fraction unset, or a stack with capabilities.partial_recompute",
         ),
         (
             "layout.dp_shard",

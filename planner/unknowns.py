@@ -48,6 +48,9 @@ MICRO_BATCHES = (1, 2, 4, 8, 16)
 # tables: 26 for the 125M model at 2,048 tokens, 56 for 1B at 512), never beyond 64.
 MAX_TUNED_MICRO_BATCH = 64
 VPPS = (None, 2, 3, 4, 6, 8)
+# the shares of the layers a partial full recompute is tried at (Training.recompute_fraction,
+# where the stack runs it): between no recompute and every layer's
+RECOMPUTE_FRACTIONS = (0.25, 0.5, 0.75)
 MAX_COMBINATIONS = 1_000
 # coordinate-search passes after the spread grid, where the full space is larger than the bound
 MAX_PASSES = 4
@@ -137,8 +140,9 @@ def thinned(grids: list[tuple[Any, ...]], unknown: tuple[str, ...]) -> list[tupl
 def _choices(
     name: str, stack: StackSpec | None, model: ModelSpec, layout: Layout, training: Training
 ) -> tuple[Any, ...]:
-    """The values an unknown knob takes. Recompute: the stack's levels, and, where its
-    selective recompute takes a module list (``capabilities.recompute_modules``), its
+    """The values an unknown knob takes. Recompute: the stack's levels, full recompute of a
+    share of the layers where the stack runs it (:data:`RECOMPUTE_FRACTIONS`; a value
+    ``("full", share)``), and, where its selective recompute takes a module list (``capabilities.recompute_modules``), its
     selective set widened one submodule at a time (:func:`planner.stacks.wider_selective`;
     a value ``("selective", modules)``): which modules a run re-ran is as unknown as its
     level."""
@@ -150,11 +154,14 @@ def _choices(
         return ep_choices(model, layout)
     if name == "recompute":
         levels = stack.capabilities.recompute if stack else ("none", "selective", "full")
+        partial = stack is None or stack.capabilities.partial_recompute
+        shares = RECOMPUTE_FRACTIONS if partial and "full" in levels else ()
+        part = tuple(("full", share) for share in shares)
         if stack is None or "selective" not in levels:
-            return levels
+            return (*levels, *part)
         at = training.with_changes(recompute="selective", recompute_modules=None)
         wider = wider_selective(stack, model, at)
-        return (*levels, *(("selective", modules) for modules in wider))
+        return (*levels, *part, *(("selective", modules) for modules in wider))
     return stack.capabilities.zero_stages if stack else (0, 1, 2, 3)
 
 
@@ -296,12 +303,18 @@ def _setting(
     picked = dict(zip(unknown, values, strict=True))
     l_update = {k: v for k, v in picked.items() if k in Layout.model_fields}
     t_update = {k: v for k, v in picked.items() if k in Training.model_fields}
-    if isinstance(picked.get("recompute"), tuple):  # selective with a wider module set
+    if isinstance(picked.get("recompute"), tuple) and picked["recompute"][0] == "full":
+        t_update["recompute"], t_update["recompute_fraction"] = picked["recompute"]
+        picked = {**picked, "recompute": "full", "recompute_fraction": picked["recompute"][1]}
+        t_update["recompute_modules"] = None
+    elif isinstance(picked.get("recompute"), tuple):  # selective with a wider module set
         t_update["recompute"], t_update["recompute_modules"] = picked["recompute"]
         picked = {**picked, "recompute": "selective"}
         picked["recompute_modules"] = ", ".join(t_update["recompute_modules"])
     elif t_update.get("recompute", training.recompute) != "selective":
         t_update["recompute_modules"] = None
+    if "recompute" in picked and "recompute_fraction" not in t_update:
+        t_update["recompute_fraction"] = None  # a whole level: every layer
     try:  # fields the caller left unset stay unset, for the stack to fill
         tr = training.with_changes(**t_update)
         lay = layout.with_changes(**l_update)

@@ -11,7 +11,9 @@ gradients. With FP8 (Transformer Engine) GEMM inputs are saved for backward in f
 Activations follow Korthikanti et al. 2022 (Reducing Activation Recomputation in Large
 Transformer Models), Table 2: per layer sbh(34 + 5as/h) bytes without parallelism,
 sbh(10 + 24/t + 5as/(ht)) with TP, sbh(34/t + 5as/(ht)) with TP+SP, sbh(34/t) with selective
-recompute and 2sbh/t per layer with full recompute. ``layer_activation_bytes`` generalises the
+recompute and 2sbh/t per layer with full recompute (with ``Training.recompute_fraction``, the
+mean over a chunk of whose layers that share keeps 2sbh/t, the rest all they would without
+recompute: Megatron's block method). ``layer_activation_bytes`` generalises the
 terms to GQA, gated MLPs, MoE, MLA, no dropout and fused (flash) attention; with MHA, gelu, 4h
 MLP, dropout and unfused attention it reproduces the table exactly (tested).
 """
@@ -105,7 +107,16 @@ def layer_activation_bytes(
     seq_split = t if layout.sequence_parallel else 1
     scale = training.act_bytes / 2.0  # the terms below are in 2-byte units
     if training.recompute == "full":
-        return 2.0 * tok * h / seq_split * scale
+        checkpoint = 2.0 * tok * h / seq_split * scale
+        share = training.recompute_share
+        if share >= 1.0:
+            return checkpoint
+        # recompute_fraction: the other layers keep all they would without recompute
+        kept = training.with_changes(
+            recompute="none", recompute_fraction=None, recompute_modules=None
+        )
+        rest = layer_activation_bytes(model, layout, kept, layer, flash_attention, dropout)
+        return share * checkpoint + (1.0 - share) * rest
     has_mlp = mlp_spec.kind != "none"
     n_blocks = 2 if has_mlp else 1
     modules = set(training.selective_modules)
@@ -297,6 +308,10 @@ def mtp_activation_bytes(
     the caller adds to the main head's."""
     if not model.mtp_layers:
         return 0.0
+    if training.recompute_fraction is not None:  # Megatron's block method skips the MTP layers
+        training = training.with_changes(
+            recompute="none", recompute_fraction=None, recompute_modules=None
+        )
     per = layer_activation_bytes(model, layout, training, layer)
     if training.recompute != "full":
         tok = training.micro_batch * training.seq_len / layout.cp

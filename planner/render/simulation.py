@@ -68,6 +68,8 @@ def _stack_text(stack: str, training: Training) -> str:
 
 
 def _recompute_text(training: Training) -> str:
+    if training.recompute == "full" and training.recompute_fraction is not None:
+        return f"full on {100.0 * training.recompute_fraction:g} % of each chunk's layers"
     if training.recompute != "selective":
         return training.recompute
     return f"selective ({', '.join(training.selective_modules) or 'nothing'})"

@@ -53,6 +53,9 @@ LAYOUT_FIELDS = (
     "vpp",
     "sequence_parallel",
     "zero",
+    "dp_shard",
+    "first_stage_layers",
+    "last_stage_layers",
     "schedule",
     "overlap_dp_grad_reduce",
     "overlap_tp_comm",
@@ -66,6 +69,7 @@ TRAINING_FIELDS = (
     "micro_batch",
     "recompute",
     "recompute_modules",
+    "recompute_fraction",
     "precision",
     "attention_kernel",
     "dropout",
@@ -74,6 +78,7 @@ TRAINING_FIELDS = (
     "offload_layers",
     "optimizer_offload",
     "checkpoint_offload",
+    "optimizer_states",
 )
 FILE_KEYS = ("model", "cluster", "gpus", "layout", "training")
 

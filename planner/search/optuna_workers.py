@@ -44,7 +44,8 @@ from planner.search.optuna_storage import (
 )
 from planner.search.space import SearchSpace, default_space, stack_space
 from planner.specs.hardware import Cluster
-from planner.specs.layout import CROSS_ENTROPY_KINDS, Training
+from planner.specs.knobs import CROSS_ENTROPY_KINDS
+from planner.specs.layout import Training
 from planner.specs.model import ModelSpec
 from planner.specs.stack import StackSpec
 

@@ -238,7 +238,7 @@ def _per_tensor_list(
     copies = ctx.layout.zero_shard * ctx.dev.mem_fixed_s
     ag = tensors * (coll("all_gather", memory.param_gather_bytes(training), tensors) + copies)
     rs = tensors * (coll("reduce_scatter", memory.grad_bytes(training), tensors) + copies)
-    gathers = 3.0 if training.recompute == "full" else 2.0
+    gathers = 2.0 + training.recompute_share  # the recomputed layers gather once more
     return DataParallel(gathers * ag + rs, ag, 0.0, gathers * ag + rs, 0.0)
 
 

@@ -442,8 +442,8 @@ def layer_costs(
     fwd += host_f
     bwd += host_b
     recompute_s = recompute_flops = 0.0
-    if training.recompute == "full":
-        recompute_s = fwd
+    if training.recompute == "full":  # the share of the layers re-run (recompute_fraction)
+        recompute_s = fwd * training.recompute_share
     elif training.recompute == "selective":
         act = (c.ew.mlp_act_bytes, 0.0) if c.is_moe else (0.0, c.ew.mlp_act_bytes)
         rc = recompute.selective(

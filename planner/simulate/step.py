@@ -229,7 +229,7 @@ def flops_per_token(ctx: Context, stack: Stack) -> tuple[float, float]:
             core_hw += count * hw / per_gpu_tokens
     recompute_per_tok = 0.0
     if training.recompute == "full":
-        recompute_per_tok = (mf_tok - saving) / 3.0
+        recompute_per_tok = (mf_tok - saving) / 3.0 * training.recompute_share
     elif training.recompute == "selective":
         if "core_attn" in training.selective_modules:
             recompute_per_tok = core_hw
@@ -246,7 +246,7 @@ def activation_terms(ctx: Context, stack: Stack) -> tuple[float, float, float]:
     model, layout, training = ctx.model, ctx.layout, ctx.training
     full_one = 0.0
     if training.recompute == "full":
-        no_recompute = training.model_copy(update={"recompute": "none"})
+        no_recompute = training.model_copy(update={"recompute": "none", "recompute_fraction": None})
         full_one = max(
             memory.layer_activation_bytes(model, layout, no_recompute, layer)
             for layer, _ in stack.kinds

@@ -6,7 +6,7 @@ process groups (``tp-cp-ep-dp-pp``); expert parallelism (EP) is carved out of DP
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -19,50 +19,26 @@ from planner.specs.base import (
     MAX_SEQ_LEN,
     Spec,
 )
-
-Recompute = Literal["none", "selective", "full"]
-TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
-# pipeline schedules: planner/schedules/ (one object each; docs/model.md, Pipeline)
-Schedule = Literal["1f1b", "interleaved", "zb-h1", "zb-h2", "interleaved-zb", "zbv", "dualpipev"]
-AttentionKernel = Literal["fused", "cudnn", "flash2", "flash_triton", "unfused"]
-GradDtype = Literal["fp32", "bf16"]
-# How the loss keeps the logits for backward (see planner/costs/memory.py logits_bytes)
-CrossEntropy = Literal["fp32_copy", "in_place", "fp32_log_softmax", "compiled"]
-Execution = Literal["eager", "compiled", "cuda_graphs"]
-OptimizerKernel = Literal["fused", "foreach", "per_tensor"]
-OptimizerStates = Literal["fp32", "fp32_remainders", "bf16"]
-Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_gw_hp", "mxfp8", "blockwise"]
-# how MoE tokens reach their experts' ranks (Training.moe_dispatcher)
-MoeDispatcher = Literal["alltoall", "deepep"]
-# how a micro-batch's gradient joins the accumulated one (Training.grad_accumulation_add)
-GradAccumulationAdd = Literal["none", "main_grad", "autograd"]
-# recipes whose weights can be all-gathered already cast (one scale per tensor, or blocks that
-# serve both GEMM layouts): torchao enable_fsdp_float8_all_gather is tensorwise-only
-FP8_GATHER_RECIPES = ("delayed", "tensorwise", "mxfp8")
-
-
-def fp8_gatherable(precision: str, fp8_recipe: str) -> bool:
-    """Whether weights trained at ``precision`` with ``fp8_recipe`` can be all-gathered already
-    cast to fp8 (``Training.fp8_param_gather``): fp8 with one of :data:`FP8_GATHER_RECIPES`."""
-    return precision == "fp8" and fp8_recipe in FP8_GATHER_RECIPES
-
-
-UnfusedChain = Literal["norm", "glu", "rope", "bias_dropout_add", "expert_bias"]
-Zero3Collectives = Literal["per_layer", "per_layer_copy_out", "per_tensor_list"]
-CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
-# Megatron-Core ``--recompute-modules`` (selective recompute): which submodules re-run in backward
-RecomputeModule = Literal[
-    "core_attn",
-    "mla_up_proj",
-    "moe_act",
-    "mlp",
-    "layernorm",
-    "moe",
-    "shared_experts",
-    "alternate_mm",  # torchtitan selective op AC: every other matmul, norms and activations
-]
-DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
-
+from planner.specs.knobs import (
+    DEFAULT_RECOMPUTE_MODULES,
+    FP8_GATHER_RECIPES,
+    AttentionKernel,
+    CrossEntropy,
+    Execution,
+    Fp8Recipe,
+    GradAccumulationAdd,
+    GradDtype,
+    MoeDispatcher,
+    OptimizerKernel,
+    OptimizerStates,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    TrainPrecision,
+    UnfusedChain,
+    Zero3Collectives,
+    fp8_gatherable,
+)
 
 _Frozen = Spec
 
@@ -254,6 +230,16 @@ class Training(_Frozen):
         description="with recompute: selective, the submodules re-run in backward (Megatron-Core "
         "--recompute-modules): core_attn, mla_up_proj, moe_act, mlp, layernorm, moe, "
         "shared_experts; None: core_attn (Korthikanti et al. 2022)",
+    )
+    recompute_fraction: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="with recompute: full, the share of each pipeline chunk's layers whose "
+        "forward re-runs in backward; the others keep all their activations (Megatron "
+        "--recompute-method block --recompute-num-layers N: N / layers per chunk; torchtitan "
+        "selective_ac_option 'k': 1/k; InternEvo checkpoint; FMS-FSDP selective_checkpointing); "
+        "None: every layer",
     )
     precision: TrainPrecision = Field(
         default="bf16",
@@ -468,13 +454,26 @@ class Training(_Frozen):
         return self
 
     @model_validator(mode="after")
-    def _modules_need_selective(self) -> Training:
+    def _recompute_options_need_their_level(self) -> Training:
         if self.recompute_modules is not None and self.recompute != "selective":
             raise ValueError(
                 f"recompute_modules is set but recompute is {self.recompute!r}; "
                 "recompute_modules applies to recompute: selective"
             )
+        if self.recompute_fraction is not None and self.recompute != "full":
+            raise ValueError(
+                f"recompute_fraction is set but recompute is {self.recompute!r}; "
+                "recompute_fraction applies to recompute: full"
+            )
         return self
+
+    @property
+    def recompute_share(self) -> float:
+        """The share of the layers whose forward re-runs in backward under full recompute
+        (``recompute_fraction``, else all of them); 0 without full recompute."""
+        if self.recompute != "full":
+            return 0.0
+        return 1.0 if self.recompute_fraction is None else self.recompute_fraction
 
     @property
     def selective_modules(self) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from planner.specs.base import MAX_TEXT, Spec
-from planner.specs.layout import (
+from planner.specs.knobs import (
     CrossEntropy,
     Fp8Recipe,
     GradAccumulationAdd,
@@ -280,6 +280,12 @@ class StackCapabilities(Spec):
         description="the submodules its selective recompute can be told to re-run "
         "(Megatron-Core --recompute-modules, core_v0.12.0 and later; Training."
         "recompute_modules); empty: only its own selective set (selective_recompute_modules)",
+    )
+    partial_recompute: bool = Field(
+        default=False,
+        description="full recompute of only a share of the layers (Training.recompute_fraction: "
+        "Megatron --recompute-method block, torchtitan's every-k-th-layer selective AC, "
+        "InternEvo's checkpoint fraction); False: every layer or none",
     )
     fp8: bool = Field(description="FP8 training")
     optimizer_offload: bool = Field(

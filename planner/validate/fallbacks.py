@@ -18,7 +18,8 @@ from planner.costs import memory
 from planner.errors import PlannerError
 from planner.legality import check_layout
 from planner.simulate import simulate_step
-from planner.specs.layout import Layout, Recompute, Training, fp8_gatherable
+from planner.specs.knobs import Recompute, fp8_gatherable
+from planner.specs.layout import Layout, Training
 from planner.stacks import stack_training, stack_violations, training_defaults, wider_selective
 from planner.validate.inputs import CaseInputs
 

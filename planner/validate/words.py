@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from planner.resources import CLUSTERS_DIR
-from planner.specs.layout import Recompute, TrainPrecision
+from planner.specs.knobs import Recompute, TrainPrecision
 from planner.specs.loading import shipped_ids
 from planner.specs.model import Activation
 from planner.validate.cases import _ALIASES

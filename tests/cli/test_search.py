@@ -16,6 +16,8 @@ from planner.cli import main
 from planner.cli.search import gpu_counts
 from planner.errors import PlannerError
 from planner.search.export import (
+    LAYOUT_FIELDS,
+    TRAINING_FIELDS,
     layout_yaml,
     load_layout_file,
     megatron_args,
@@ -349,3 +351,26 @@ def test_summary_lists_the_rules_counts(capsys: pytest.CaptureFixture[str]) -> N
 def test_unknown_schedule_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     line = one_line_error(capsys, [*BASE, "--schedules", "1f1b,zb"])
     assert "--schedules" in line and "'zb'" in line and "dualpipev" in line
+
+
+def test_layout_file_writes_every_field_no_stack_fills() -> None:
+    """A layout file keeps every layout and training field a stack does not set (the stack
+    named in its header fills the rest): hybrid sharding, the edge ranks' layer counts and a
+    partial recompute come back as written."""
+    from planner.stacks import STACK_LAYOUT_FIELDS, STACK_TRAINING_FIELDS
+
+    kept = set(LAYOUT_FIELDS) | set(STACK_LAYOUT_FIELDS)
+    assert {f for f in planner.Layout.model_fields if f not in kept} == set()
+    kept = set(TRAINING_FIELDS) | set(STACK_TRAINING_FIELDS)
+    assert {f for f in planner.Training.model_fields if f not in kept} == set()
+    model = planner.load_model("llama3.1-70b")
+    layout = planner.Layout(tp=4, pp=4, dp=4, zero=1, dp_shard=2, first_stage_layers=18)
+    training = planner.Training(
+        seq_len=8192,
+        global_batch=64,
+        recompute="full",
+        recompute_fraction=0.25,
+        optimizer_states="fp32_remainders",
+    )
+    back = parse_layout_document(yaml.safe_load(layout_yaml(model, 64, layout, training)))
+    assert back == (layout, training, 64)

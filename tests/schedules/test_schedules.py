@@ -23,7 +23,7 @@ from planner.schedules import (
 from planner.schedules.base import windows_s
 from planner.schedules.one_f_one_b import rank_order
 from planner.search.export import megatron_args, torchtitan_toml
-from planner.specs.layout import Schedule
+from planner.specs.knobs import Schedule
 
 # torch.distributed.pipelining get_schedule_class names (the torchtitan config values)
 TORCH_NAMES = {"1F1B", "Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}

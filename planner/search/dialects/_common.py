@@ -9,7 +9,8 @@ from typing import Any
 from planner.costs.flops import padded_vocab
 from planner.costs.pipeline import layers_per_rank
 from planner.errors import PlannerError
-from planner.specs.layout import DEFAULT_RECOMPUTE_MODULES, Layout, Training
+from planner.specs.knobs import DEFAULT_RECOMPUTE_MODULES
+from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 NOT_EXPRESSED = "NOT EXPRESSED"  # every statement of a dropped field carries this marker
@@ -30,6 +31,51 @@ def grad_accumulation_steps(layout: Layout, training: Training) -> int:
             f"a multiple of {per_step}",
         )
     return training.global_batch // per_step
+
+
+@dataclass(frozen=True)
+class PartialRecompute:
+    """``Training.recompute_fraction`` as a count of layers per model chunk (Megatron's
+    ``--recompute-num-layers`` with the block method): ``layers`` of ``chunk``; ``note`` says
+    where the count's share differs from the fraction the planner costed (else empty)."""
+
+    layers: int
+    chunk: int
+    note: list[str]
+
+
+def partial_recompute(model: ModelSpec, layout: Layout, training: Training) -> PartialRecompute:
+    """The recompute fraction of ``training`` (set: the caller checks) as whole layers of a
+    model chunk of the mean size (``model.layers / (pp x vpp)``), at least one."""
+    share = training.recompute_share
+    chunk = max(1, round(model.layers / (layout.pp * layout.virtual_stages)))
+    layers = min(chunk, max(1, round(share * chunk)))
+    note = []
+    if abs(layers / chunk - share) > 1e-9:
+        note.append(
+            f"training.recompute_fraction = {share:g}: written as {layers} of the {chunk} "
+            f"layers of a model chunk ({layers / chunk:.3g}); the planner costed {share:g}"
+        )
+    return PartialRecompute(layers, chunk, note)
+
+
+def megatron_full_recompute_args(model: ModelSpec, layout: Layout, training: Training) -> list[str]:
+    """Megatron's arguments for full recompute (``#`` lines: what they cannot say exactly):
+    every layer checkpointed (the uniform method, one layer a unit), or with
+    ``recompute_fraction`` the block method's count of layers per model chunk."""
+    if training.recompute_fraction is None:
+        return [
+            "--recompute-granularity full",
+            "--recompute-method uniform",
+            "--recompute-num-layers 1",
+        ]
+    part = partial_recompute(model, layout, training)
+    return [
+        "--recompute-granularity full",
+        "--recompute-method block",
+        f"--recompute-num-layers {part.layers}",
+        *(f"# {n}" for n in part.note),
+    ]
 
 
 @dataclass(frozen=True)
@@ -228,10 +274,13 @@ __all__ = [
     "NOT_EXPRESSED",
     "fp32_states_reason",
     "host_offload_reasons",
+    "PartialRecompute",
     "PipelineSplit",
     "by_hand_note",
     "field_value",
     "grad_accumulation_steps",
+    "megatron_full_recompute_args",
     "not_expressed",
+    "partial_recompute",
     "pipeline_split",
 ]

@@ -87,10 +87,16 @@ def _recompute_notes(training: Training, with_megatron: bool) -> list[str]:
     if with_megatron or training.recompute == "none":
         return []
     if training.recompute == "full":
-        return [
+        out = [
             "training.recompute = full: set outside this file, transformers "
             "TrainingArguments(gradient_checkpointing=True) or model.gradient_checkpointing_enable()"
         ]
+        if training.recompute_fraction is not None:
+            out.append(
+                f"training.recompute_fraction = {training.recompute_fraction:g}: {NOT_EXPRESSED} "
+                "(transformers checkpoints every decoder layer)"
+            )
+        return out
     return [
         f"training.recompute = selective: {NOT_EXPRESSED} (transformers checkpoints whole "
         "decoder layers only)"

@@ -106,13 +106,22 @@ def llm_foundry_yaml(model: ModelSpec, gpus: int, layout: Layout, training: Trai
         + vocab_padding_note(model, layout, training, "llm-foundry")
         + notes
     )
-    doc = {
+    doc: dict[str, Any] = {
         "max_seq_len": training.seq_len,
         "global_train_batch_size": training.global_batch,
         "device_train_microbatch_size": training.micro_batch,
         "precision": PRECISION[training.precision],
         "fsdp_config": fsdp,
     }
+    if training.recompute_fraction is not None:  # the first n blocks checkpointed
+        n = max(1, round(training.recompute_fraction * model.layers))
+        doc["model"] = {"activation_checkpointing_target": {"mptblock": f"first-{n}"}}
+        if abs(n / model.layers - training.recompute_fraction) > 1e-9:
+            notes.append(
+                f"training.recompute_fraction = {training.recompute_fraction:g}: the first {n} "
+                f"of {model.layers} blocks ({n / model.layers:.3g}; the planner costed "
+                f"{training.recompute_fraction:g})"
+            )
     header = [
         f"# llm-foundry train YAML fragment for {model.name} on {gpus} GPUs (FSDP over all "
         f"{gpus} ranks; data parallel size {layout.dp})",

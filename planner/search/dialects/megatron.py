@@ -59,10 +59,13 @@ from planner.search.dialects._common import (
     by_hand_note,
     fp32_states_reason,
     host_offload_reasons,
+    megatron_full_recompute_args,
     not_expressed,
+    partial_recompute,
     pipeline_split,
 )
-from planner.specs.layout import DEFAULT_RECOMPUTE_MODULES, Layout, Training
+from planner.specs.knobs import DEFAULT_RECOMPUTE_MODULES
+from planner.specs.layout import Layout, Training
 from planner.specs.model import ModelSpec
 
 # Megatron-Core TransformerConfig.recompute_modules choices the planner also models
@@ -100,7 +103,16 @@ def _split_rows(model: ModelSpec, layout: Layout) -> tuple[list[Row], list[str]]
     return [], [by_hand_note(model, layout)]
 
 
-def _recompute_rows(training: Training) -> tuple[list[Row], list[str]]:
+def _recompute_rows(
+    model: ModelSpec, layout: Layout, training: Training
+) -> tuple[list[Row], list[str]]:
+    if training.recompute == "full" and training.recompute_fraction is not None:
+        part = partial_recompute(model, layout, training)  # the block method's count per chunk
+        return [
+            ("model", "recompute_granularity", "full"),
+            ("model", "recompute_method", "block"),
+            ("model", "recompute_num_layers", part.layers),
+        ], part.note
     if training.recompute == "full":  # every layer checkpointed, as the planner models it
         return [
             ("model", "recompute_granularity", "full"),
@@ -139,7 +151,7 @@ def _core_rows(model: ModelSpec, layout: Layout, training: Training) -> tuple[li
     if model.moe is not None or layout.ep > 1:
         rows.append(("parallel", "expert_model_parallel_size", layout.ep))
     split, notes = _split_rows(model, layout)
-    recompute, recompute_notes = _recompute_rows(training)
+    recompute, recompute_notes = _recompute_rows(model, layout, training)
     zero = layout.zero
     gather = layout.overlap_dp_grad_reduce and zero >= 1
     gather = gather and (zero < 3 or layout.overlap_zero3_param_gather)
@@ -396,12 +408,8 @@ def megatron_deepspeed_args(model: ModelSpec, gpus: int, layout: Layout, trainin
     if training.recompute == "selective":
         lines.append("--recompute-granularity selective")
     elif training.recompute == "full":
-        lines += [
-            "--recompute-granularity full",
-            "--recompute-method uniform",
-            "--recompute-num-layers 1",
-            "--deepspeed-activation-checkpointing",
-        ]
+        lines += megatron_full_recompute_args(model, layout, training)
+        lines.append("--deepspeed-activation-checkpointing")
         if training.checkpoint_offload:  # deepspeed.checkpointing checkpoint_in_cpu
             lines.append("--checkpoint-in-cpu")
     lines += [

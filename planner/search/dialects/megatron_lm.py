@@ -25,6 +25,7 @@ from planner.search.dialects._common import (
     NOT_EXPRESSED,
     by_hand_note,
     host_offload_reasons,
+    megatron_full_recompute_args,
     not_expressed,
     pipeline_split,
 )
@@ -114,7 +115,8 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
 
     Use as ``pretrain_gpt.py $(grep -v '^#' megatron_args.txt) <model and data args>``.
     Recompute "full" maps to ``--recompute-granularity full --recompute-method uniform
-    --recompute-num-layers 1`` (every layer checkpointed, as the planner models it).
+    --recompute-num-layers 1`` (every layer checkpointed, as the planner models it), with a
+    ``recompute_fraction`` to the block method's layers per model chunk.
     """
     lines = [
         f"# Megatron-LM arguments for {model.name} on {gpus} GPUs "
@@ -140,11 +142,7 @@ def megatron_args(model: ModelSpec, gpus: int, layout: Layout, training: Trainin
         if training.recompute_modules is not None:
             lines.append("--recompute-modules " + " ".join(training.recompute_modules))
     elif training.recompute == "full":
-        lines += [
-            "--recompute-granularity full",
-            "--recompute-method uniform",
-            "--recompute-num-layers 1",
-        ]
+        lines += megatron_full_recompute_args(model, layout, training)
     lines += [
         f"--micro-batch-size {training.micro_batch}",
         f"--global-batch-size {training.global_batch}",

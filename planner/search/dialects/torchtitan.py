@@ -114,11 +114,29 @@ def torchtitan_toml(model: ModelSpec, gpus: int, layout: Layout, training: Train
         if training.execution != "compiled":
             lines += ["# enable_async_tensor_parallel takes effect only with compile", ""]
     lines += _pipeline_toml(model, layout, training, parallel)
+    lines += _activation_checkpoint_toml(training)
+    return "\n".join(lines)
+
+
+def _activation_checkpoint_toml(training: Training) -> list[str]:
+    """The ``[activation_checkpoint]`` table: op-level selective AC for selective recompute,
+    one layer in k (layer-wise selective AC) for a recompute fraction, with a comment where
+    that is not the fraction costed."""
+    lines: list[str] = []
     ac: list[tuple[str, Any]] = [("mode", training.recompute)]
     if training.recompute == "selective":
         ac.append(("selective_ac_option", "op"))
-    lines += _toml_table("activation_checkpoint", ac)
-    return "\n".join(lines)
+    elif training.recompute_fraction is not None:  # layer-wise selective AC: every k-th layer
+        k = max(1, round(1.0 / training.recompute_fraction))
+        ac = [("mode", "selective"), ("selective_ac_option", str(k))]
+        lines += [
+            f"# training.recompute_fraction = {training.recompute_fraction:g}: one layer in {k} "
+            f"re-run ({1.0 / k:.3g} of the layers; the planner costed "
+            f"{training.recompute_fraction:g}); torchtitan from 114151ad4 (2026-03) has "
+            f"per-op selective AC only: {NOT_EXPRESSED} there",
+            "",
+        ]
+    return lines + _toml_table("activation_checkpoint", ac)
 
 
 def _pipeline_toml(
