@@ -66,6 +66,7 @@ ROWS = (
     ("tp", "pp", "cp", "ep", "vpp"),
     ("seq_len", "global_batch", "micro_batch", "recompute", "zero", "precision"),
     ("recompute_modules",),
+    ("recompute_fraction",),
     ("offload_layers",),
     ("sequence_parallel", "overlap_tp_comm", "overlap_dp_grad_reduce", "overlap_ep_comm"),
 )
@@ -75,6 +76,7 @@ LABELS = {
     "micro_batch": "micro-batch",
     "zero": "ZeRO stage",
     "recompute_modules": "selective recompute modules (Megatron-Core --recompute-modules)",
+    "recompute_fraction": "share of each model chunk's layers re-run (empty: every layer)",
     "offload_layers": "offload activations of this many layers to host memory",
     "sequence_parallel": "sequence parallel",
     "overlap_tp_comm": "overlap TP communication",
@@ -87,10 +89,11 @@ KEYS = {
     "overlap_dp_grad_reduce": "est_overlap_dp",
     "overlap_ep_comm": "est_overlap_ep",
 }
-STEPS = {"seq_len": 1024}
+STEPS = {"seq_len": 1024, "recompute_fraction": 0.25}
 # inputs that apply only with some other values (hidden, they take the spec's default)
 SHOWN_WHEN: dict[str, Callable[[dict[str, Any]], bool]] = {
     "recompute_modules": lambda v: v["recompute"] == "selective",
+    "recompute_fraction": lambda v: v["recompute"] == "full",
     "offload_layers": lambda v: v["recompute"] == "none" and v["pp"] == 1,
 }
 
@@ -169,10 +172,10 @@ def spec_inputs() -> tuple[int, dict[str, Any], bool]:
     )
     _draw(fields, ROWS[0], cols[1:], values)
     _draw(fields, ROWS[1], st.columns(6), values)
-    _draw(fields, ROWS[2], [st], values)
-    _draw(fields, ROWS[3], [st], values)
+    for row in ROWS[2:5]:
+        _draw(fields, row, [st], values)
     cols = st.columns(6)
-    _draw(fields, ROWS[4], cols[:4], values)
+    _draw(fields, ROWS[5], cols[:4], values)
     cuda_graphs = cols[4].checkbox(
         "CUDA graphs",
         key="est_cuda_graphs",

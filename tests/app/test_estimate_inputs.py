@@ -75,3 +75,22 @@ def test_a_new_field_is_a_widget_that_reaches_the_layout(monkeypatch: pytest.Mon
     at.selectbox(key="est_loss_scale").set_value("static").run()
     layout, training = seen[-1]
     assert layout.message_chunks == 5 and training.loss_scale == "static"
+
+
+def test_the_recompute_share_shows_under_full_recompute_and_reaches_the_training(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[tuple[Layout, Training]] = []
+    build = extras.specs_from_inputs
+    monkeypatch.setattr(
+        extras, "specs_from_inputs", lambda v, dp: seen.append(build(v, dp)) or seen[-1]
+    )
+    at = _run(est_recompute="none")
+    assert not at.exception and not at.error
+    assert not [w for w in at.number_input if w.key == "est_recompute_fraction"]
+    at.selectbox(key="est_recompute").set_value("full").run()
+    share = at.number_input(key="est_recompute_fraction")
+    assert share.value is None and seen[-1][1].recompute_fraction is None
+    share.set_value(0.5).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert seen[-1][1].recompute == "full" and seen[-1][1].recompute_fraction == 0.5
