@@ -26,6 +26,7 @@ from planner.safe_io import dumps_strict
 from planner.search import MAX_SWEEP_VALUES, METHODS, SearchResult, parse_schedules, search
 from planner.search.evaluate import Evaluated
 from planner.search.export import exports, write_exports
+from planner.search.jobs import parse_recompute_fractions
 from planner.specs.base import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from planner.specs.fields import input_fields
 from planner.specs.hardware import Cluster
@@ -109,6 +110,14 @@ def _add_problem_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every candidate runs full recompute with its checkpoints in host memory (a "
         "DeepSpeed --stack; see planner simulate --help)",
+    )
+    p.add_argument(
+        "--recompute-fractions",
+        default=None,
+        metavar="F,F,...",
+        help="also try full recompute of these shares of each model chunk's layers (e.g. "
+        "0.25,0.5,0.75; Megatron --recompute-method block), under a stack that runs it "
+        "(default: none, every layer or no recompute)",
     )
     p.add_argument(
         "--stack",
@@ -382,6 +391,7 @@ def run_search(args: argparse.Namespace) -> tuple[ModelSpec, Cluster, SearchResu
                 cross_entropy=args.cross_entropy,
                 optimizer_offload=args.optimizer_offload,
                 checkpoint_offload=args.checkpoint_offload,
+                recompute_fractions=parse_recompute_fractions(args.recompute_fractions),
                 stack=stack_flag(args, default=NO_STACK),
                 objective=args.objective,
                 tokens=args.tokens,

@@ -29,6 +29,12 @@ COMPUTE_CATEGORIES = (
 COMM_CATEGORIES = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
 
 
+def _recompute(training: Any) -> str:
+    """The recompute level, with the share of the layers where it is not every layer."""
+    share = training.recompute_fraction
+    return training.recompute if share is None else f"full {100 * share:g}%"
+
+
 def objective_text(objective: str, score: float) -> str:
     """A search score in its unit: tokens/s, $ per million tokens, or hours to train."""
     if objective == "cost":
@@ -108,7 +114,7 @@ def render_search_top(
     ]
     columns += [
         ("mb", lambda i, e: str(e.training.micro_batch)),
-        ("recompute", lambda i, e: e.training.recompute),
+        ("recompute", lambda i, e: _recompute(e.training)),
         ("ZeRO", lambda i, e: str(e.layout.zero)),
         ("SP", lambda i, e: "on" if e.layout.sequence_parallel else "-"),
         ("overlap", lambda i, e: _overlaps(e.layout)),

@@ -117,6 +117,7 @@ def search(
     stack: StackSpec | None = None,
     optimizer_offload: bool = False,
     checkpoint_offload: bool = False,
+    recompute_fractions: Sequence[float] = (),
 ) -> SearchResult:
     """Find the best legal layout of ``model`` on ``cluster`` for ``objective``.
 
@@ -137,6 +138,8 @@ def search(
     run (:func:`~planner.search.space.stack_space`) and each candidate gets its defaults for the
     fields the search does not set (``precision`` / ``cross_entropy`` None: the stack's, else
     bf16 / fp32_copy). ``optimizer_offload``, ``checkpoint_offload``: set on every candidate.
+    ``recompute_fractions``: shares of each model chunk's layers full recompute may re-run
+    besides every layer (``Training.recompute_fraction``; under a stack that runs them).
     """
     deadline = Deadline(time_budget_s)
     counts, batches, seqs = _check_arguments(method, gpus, global_batch, seq_len)
@@ -149,8 +152,9 @@ def search(
     def space_for(seq: int) -> SearchSpace:
         return space or default_space(model, cluster, counts, seq)
 
+    kinds = (precision, cross_entropy, space_for, schedules, stack)
     offload = (optimizer_offload, checkpoint_offload)
-    jobs = make_jobs(batches, seqs, precision, cross_entropy, space_for, schedules, stack, offload)
+    jobs = make_jobs(batches, seqs, *kinds, offload, recompute_fractions)
     evaluator = Evaluator(model, cluster, prof, objective, memory_headroom, tokens, stack=stack)
     start = time.perf_counter()
     notes = _stack_notes(stack) + _sweep_notes(batches, seqs)

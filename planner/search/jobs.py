@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import ValidationError
 
-from planner.errors import pydantic_error_to_planner
+from planner.errors import PlannerError, pydantic_error_to_planner
 from planner.search.budget import Deadline
 from planner.search.evaluate import Evaluated, Evaluator, rank
 from planner.search.exhaustive import count_candidates, exhaustive, gc_paused
@@ -39,6 +39,35 @@ class Job:
     candidates: list = field(default_factory=list, compare=False)
 
 
+def parse_recompute_fractions(text: str | None) -> tuple[float, ...]:
+    """``--recompute-fractions`` (comma-separated numbers; None: none) as numbers; their range
+    is checked by :func:`check_recompute_fractions`."""
+    if text is None:
+        return ()
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise PlannerError(
+            "--recompute-fractions", f"{text!r} is not a list of numbers", "e.g. 0.25,0.5,0.75"
+        ) from None
+    if not values:
+        raise PlannerError("--recompute-fractions", "no value given", "e.g. 0.25,0.5,0.75")
+    return values
+
+
+def check_recompute_fractions(values: Sequence[float]) -> tuple[float, ...]:
+    """The distinct shares, ascending; each must lie in (0, 1) (1 is every layer, which full
+    recompute always tries)."""
+    for v in values:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 < v < 1.0:
+            raise PlannerError(
+                "search.recompute_fractions",
+                f"{v!r} is not a share of the layers",
+                "numbers above 0 and below 1, e.g. 0.25,0.5,0.75",
+            )
+    return tuple(sorted({float(v) for v in values}))
+
+
 def make_jobs(
     batches: tuple[int, ...],
     seqs: tuple[int, ...],
@@ -48,24 +77,33 @@ def make_jobs(
     schedules: Sequence[str] | None,
     stack: StackSpec | None,
     offload: tuple[bool, bool] = (False, False),
+    recompute_fractions: Sequence[float] = (),
 ) -> list[Job]:
     """One job per (global batch, seq_len), batches outer; ``space_for(seq_len)``: the space
     before the schedules and the stack narrow it (one per seq_len, shared by its jobs);
-    ``offload``: (optimizer_offload, checkpoint_offload) of every candidate."""
+    ``offload``: (optimizer_offload, checkpoint_offload) of every candidate;
+    ``recompute_fractions``: shares of the layers full recompute may also re-run."""
     trainings = [
         search_training(s, b, precision, cross_entropy, offload)
         for b, s in itertools.product(batches, seqs)
     ]
-    spaces = {s: search_space(space_for(s), schedules, stack) for s in seqs}
+    spaces = {s: search_space(space_for(s), schedules, stack, recompute_fractions) for s in seqs}
     return [Job(t, spaces[t.seq_len]) for t in trainings]
 
 
 def search_space(
-    space: SearchSpace, schedules: Sequence[str] | None, stack: StackSpec | None
+    space: SearchSpace,
+    schedules: Sequence[str] | None,
+    stack: StackSpec | None,
+    recompute_fractions: Sequence[float] = (),
 ) -> SearchSpace:
-    """``space`` with the requested schedules, then only what ``stack`` runs."""
+    """``space`` with the requested schedules and recompute shares (besides every layer),
+    then only what ``stack`` runs."""
     if schedules is not None:
         space = replace(space, schedules=check_schedules(schedules))
+    if recompute_fractions:
+        shares = check_recompute_fractions(recompute_fractions)
+        space = replace(space, recompute_fraction=(None, *shares))
     return stack_space(space, stack) if stack is not None else space
 
 

@@ -63,6 +63,7 @@ KNOB_AXES = (
     "overlap_tp_comm",
     "overlap_dp_grad_reduce",
     "overlap_ep_comm",
+    "recompute_fraction",
 )
 
 
@@ -224,13 +225,18 @@ def candidate_attr(gpus: int, layout: Layout, training: Training) -> dict[str, A
         "layout": layout.model_dump(mode="json"),
         "micro_batch": training.micro_batch,
         "recompute": training.recompute,
+        "recompute_fraction": training.recompute_fraction,
     }
 
 
 def candidate_from_attr(attr: dict[str, Any], training: Training) -> Candidate:
     layout = Layout.model_validate(attr["layout"])
     tr = training.model_copy(
-        update={"micro_batch": attr["micro_batch"], "recompute": attr["recompute"]}
+        update={
+            "micro_batch": attr["micro_batch"],
+            "recompute": attr["recompute"],
+            "recompute_fraction": attr.get("recompute_fraction"),
+        }
     )
     return int(attr["gpus"]), layout, tr
 
@@ -296,6 +302,7 @@ def structure_of(key: Candidate) -> tuple[Structure, Knobs]:
         overlap_tp_comm=ly.overlap_tp_comm,
         overlap_dp_grad_reduce=ly.overlap_dp_grad_reduce,
         overlap_ep_comm=ly.overlap_ep_comm,
+        recompute_fraction=tr.recompute_fraction,
     )
     return s, k
 

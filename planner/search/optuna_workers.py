@@ -42,7 +42,7 @@ from planner.search.optuna_storage import (
     open_study,
     storage_spec,
 )
-from planner.search.space import SearchSpace, default_space, stack_space
+from planner.search.space import SearchSpace, default_space
 from planner.specs.hardware import Cluster
 from planner.specs.knobs import CROSS_ENTROPY_KINDS
 from planner.specs.layout import Training
@@ -243,6 +243,9 @@ def _parser() -> _OneLineParser:
     ap.add_argument("--cross-entropy", default=None, choices=CROSS_ENTROPY_KINDS)
     ap.add_argument("--optimizer-offload", action="store_true", help="as planner search's")
     ap.add_argument("--checkpoint-offload", action="store_true", help="as planner search's")
+    ap.add_argument(
+        "--recompute-fractions", default=None, help="as planner search's; must match the study's"
+    )
     ap.add_argument("--objective", default="tokens_per_s", choices=OBJECTIVES)
     ap.add_argument("--tokens", type=float, default=None)
     ap.add_argument("--memory-headroom", type=float, default=0.0)
@@ -274,11 +277,11 @@ def _worker_config(a: argparse.Namespace) -> WorkerConfig:
     training = search_training(a.seq_len, a.global_batch, a.precision, a.cross_entropy, offload)
     space = default_space(model, cluster, gpus, a.seq_len)
     from planner.search import parse_schedules  # lazy: the package imports this module
+    from planner.search.jobs import parse_recompute_fractions, search_space
 
-    space = dataclasses.replace(space, schedules=parse_schedules(a.schedules))
     stack = planner.load_stack(a.stack) if a.stack else None
-    if stack is not None:
-        space = stack_space(space, stack)
+    shares = parse_recompute_fractions(a.recompute_fractions)
+    space = search_space(space, parse_schedules(a.schedules), stack, shares)
     spec = storage_spec(a.storage)
     if spec[0] == "memory":  # pragma: no cover - storage_spec never returns it for a string
         raise PlannerError("storage", "a worker needs a shared storage", "a file or URL")

@@ -128,6 +128,7 @@ class Knobs:
     overlap_tp_comm: bool
     overlap_dp_grad_reduce: bool
     overlap_ep_comm: bool = False
+    recompute_fraction: float | None = None  # with recompute full; None: every layer
 
 
 @dataclass
@@ -152,11 +153,15 @@ class SearchSpace:
     overlap_tp_comm: tuple[bool, ...] = (False, True)
     overlap_dp_grad_reduce: tuple[bool, ...] = (True,)
     overlap_ep_comm: tuple[bool, ...] = (False,)
+    # shares of the layers full recompute may re-run (Training.recompute_fraction; None: every
+    # layer); tried with recompute full only
+    recompute_fraction: tuple[float | None, ...] = (None,)
     schedules: tuple[str, ...] = MEGATRON_SCHEDULES
     rejected: Counter = field(default_factory=Counter)
 
     def knobs(self) -> list[Knobs]:
-        """Every knob combination (sequence parallel / TP overlap only matter with tp > 1)."""
+        """Every knob combination (sequence parallel / TP overlap only matter with tp > 1; a
+        recompute share only with full recompute)."""
         return [
             Knobs(*k)
             for k in itertools.product(
@@ -166,7 +171,9 @@ class SearchSpace:
                 self.overlap_tp_comm,
                 self.overlap_dp_grad_reduce,
                 self.overlap_ep_comm,
+                self.recompute_fraction,
             )
+            if k[-1] is None or k[0] == "full"
         ]
 
 
@@ -199,6 +206,7 @@ def stack_space(space: SearchSpace, stack: StackSpec) -> SearchSpace:
         schedules=keep(space.schedules, c.schedules, "schedules"),
         sequence_parallel=space.sequence_parallel if c.sequence_parallel else (False,),
         overlap_tp_comm=space.overlap_tp_comm if c.tp_comm_overlap else (False,),
+        recompute_fraction=space.recompute_fraction if c.partial_recompute else (None,),
     )
 
 
@@ -382,7 +390,10 @@ def _knob_fields(k: Knobs) -> dict:
 
 
 def _training(s: Structure, k: Knobs, training: Training) -> Training:
-    return training.model_copy(update={"micro_batch": s.micro_batch, "recompute": k.recompute})
+    share = k.recompute_fraction if k.recompute == "full" else None
+    return training.model_copy(
+        update={"micro_batch": s.micro_batch, "recompute": k.recompute, "recompute_fraction": share}
+    )
 
 
 def repaired_candidate(
@@ -455,12 +466,12 @@ def legal_layouts(
 
 def _trainings(s: Structure, knobs: Sequence[Knobs], training: Training) -> list[Training]:
     """The Training of each knob setting of a structure, one object per (micro-batch,
-    recompute)."""
-    made: dict[str, Training] = {}
+    recompute, share)."""
+    made: dict[tuple[str, float | None], Training] = {}
     for k in knobs:
-        if k.recompute not in made:
-            made[k.recompute] = _training(s, k, training)
-    return [made[k.recompute] for k in knobs]
+        if (k.recompute, k.recompute_fraction) not in made:
+            made[k.recompute, k.recompute_fraction] = _training(s, k, training)
+    return [made[k.recompute, k.recompute_fraction] for k in knobs]
 
 
 def assert_legal(

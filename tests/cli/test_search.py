@@ -374,3 +374,12 @@ def test_layout_file_writes_every_field_no_stack_fills() -> None:
     )
     back = parse_layout_document(yaml.safe_load(layout_yaml(model, 64, layout, training)))
     assert back == (layout, training, 64)
+
+
+@pytest.mark.parametrize("flag", ["abc", "0.5,x", ",", "0,0.5", "1.5"])
+def test_recompute_fractions_flag_errors_name_it(
+    capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    argv = ["search", "--model", "llama3.1-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    argv += ["--global-batch", "64", "--recompute-fractions", flag]
+    assert "recompute" in one_line_error(capsys, argv)

@@ -257,6 +257,10 @@ def test_search_knobs_are_spec_fields_with_the_specs_choices():
     for f in dc_fields(Knobs):
         spec = Layout if f.name in Layout.model_fields else Training
         assert f.name in spec.model_fields, f.name
+        if f.name == "recompute_fraction":  # a number: each value is one the field takes
+            for v in (*space.recompute_fraction, 0.25):
+                Training(seq_len=8, global_batch=1, recompute="full", recompute_fraction=v)
+            continue
         assert set(getattr(space, f.name)) <= set(field_choices(spec, f.name)), f.name
     assert space.recompute == field_choices(Training, "recompute")
     assert space.zero == field_choices(Layout, "zero")
