@@ -26,6 +26,7 @@ from planner.advise_pipeline import (
     schedule_levers,
 )
 from planner.costs import comms
+from planner.costs.recompute import block_layers
 from planner.errors import PlannerError
 from planner.legality import check_layout, first_violation, violations
 from planner.profile import CalibrationProfile
@@ -162,11 +163,10 @@ def _recompute_levers(model: ModelSpec, L: Layout, T: Training) -> list[Candidat
                 ),
             )
         )
-    chunk = model.layers / (L.pp * L.virtual_stages)
     for share in RECOMPUTE_FRACTIONS:
         if T.recompute == "full" and T.recompute_fraction == share:
             continue
-        n = max(1, round(share * chunk))
+        n, _ = block_layers(model.layers, L.pp, L.virtual_stages, share)
         out.append(
             Candidate(
                 f"recompute full on {100 * share:g} %",

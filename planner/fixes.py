@@ -93,11 +93,10 @@ def _recompute_options(training: Training) -> list[tuple[str, dict, dict]]:
     (:data:`planner.unknowns.RECOMPUTE_FRACTIONS`; a stack without partial recompute refuses
     those in ``simulate``, so they are never proposed there)."""
     share = training.recompute_share
-    start = RECOMPUTE_ORDER.index(training.recompute) + (0 if share < 1.0 else 1)
+    start = RECOMPUTE_ORDER.index(training.recompute) + 1
     out = [
         (f"--recompute {r}", {}, {"recompute": r, "recompute_fraction": None} | _modules(r))
         for r in RECOMPUTE_ORDER[start:]
-        if r != training.recompute
     ]
     if share < 1.0:
         out += [

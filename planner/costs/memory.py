@@ -78,6 +78,13 @@ def grad_bytes(training: Training) -> float:
     return 4.0
 
 
+def without_recompute(training: Training) -> Training:
+    """``training`` with no recompute (no level, share or modules): what a layer keeps for
+    backward without it."""
+    update = {"recompute": "none", "recompute_fraction": None, "recompute_modules": None}
+    return training.model_copy(update=update)
+
+
 def layer_activation_bytes(
     model: ModelSpec,
     layout: Layout,
@@ -112,9 +119,7 @@ def layer_activation_bytes(
         if share >= 1.0:
             return checkpoint
         # recompute_fraction: the other layers keep all they would without recompute
-        kept = training.with_changes(
-            recompute="none", recompute_fraction=None, recompute_modules=None
-        )
+        kept = without_recompute(training)
         rest = layer_activation_bytes(model, layout, kept, layer, flash_attention, dropout)
         return share * checkpoint + (1.0 - share) * rest
     has_mlp = mlp_spec.kind != "none"
@@ -309,9 +314,7 @@ def mtp_activation_bytes(
     if not model.mtp_layers:
         return 0.0
     if training.recompute_fraction is not None:  # Megatron's block method skips the MTP layers
-        training = training.with_changes(
-            recompute="none", recompute_fraction=None, recompute_modules=None
-        )
+        training = without_recompute(training)
     per = layer_activation_bytes(model, layout, training, layer)
     if training.recompute != "full":
         tok = training.micro_batch * training.seq_len / layout.cp

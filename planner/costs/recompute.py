@@ -33,6 +33,14 @@ from planner.costs.flops import Gemm
 MLA_UP = ("q_up", "kv_up")
 
 
+def block_layers(layers: int, pp: int, vpp: int, share: float) -> tuple[int, int]:
+    """(layers re-run, layers) of a model chunk of the mean size (``layers / (pp x vpp)``,
+    rounded) under full recompute of ``share`` of its layers, as Megatron's block method
+    counts them (``--recompute-num-layers``: at least one, at most the chunk)."""
+    chunk = max(1, round(layers / (pp * vpp)))
+    return min(chunk, max(1, round(share * chunk))), chunk
+
+
 @dataclass(frozen=True, slots=True)
 class Recompute:
     """Backward-pass re-run of one layer for one micro-batch."""

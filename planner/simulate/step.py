@@ -246,7 +246,7 @@ def activation_terms(ctx: Context, stack: Stack) -> tuple[float, float, float]:
     model, layout, training = ctx.model, ctx.layout, ctx.training
     full_one = 0.0
     if training.recompute == "full":
-        no_recompute = training.model_copy(update={"recompute": "none", "recompute_fraction": None})
+        no_recompute = memory.without_recompute(training)
         full_one = max(
             memory.layer_activation_bytes(model, layout, no_recompute, layer)
             for layer, _ in stack.kinds

@@ -8,6 +8,7 @@ from typing import Any
 
 from planner.costs.flops import padded_vocab
 from planner.costs.pipeline import layers_per_rank
+from planner.costs.recompute import block_layers
 from planner.errors import PlannerError
 from planner.specs.knobs import DEFAULT_RECOMPUTE_MODULES
 from planner.specs.layout import Layout, Training
@@ -48,8 +49,7 @@ def partial_recompute(model: ModelSpec, layout: Layout, training: Training) -> P
     """The recompute fraction of ``training`` (set: the caller checks) as whole layers of a
     model chunk of the mean size (``model.layers / (pp x vpp)``), at least one."""
     share = training.recompute_share
-    chunk = max(1, round(model.layers / (layout.pp * layout.virtual_stages)))
-    layers = min(chunk, max(1, round(share * chunk)))
+    layers, chunk = block_layers(model.layers, layout.pp, layout.virtual_stages, share)
     note = []
     if abs(layers / chunk - share) > 1e-9:
         note.append(
