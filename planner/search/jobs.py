@@ -55,9 +55,19 @@ def parse_recompute_fractions(text: str | None) -> tuple[float, ...]:
     return values
 
 
+# at most this many recompute shares in one search: each multiplies the knob settings
+MAX_RECOMPUTE_FRACTIONS = 16
+
+
 def check_recompute_fractions(values: Sequence[float]) -> tuple[float, ...]:
     """The distinct shares, ascending; each must lie in (0, 1) (1 is every layer, which full
-    recompute always tries)."""
+    recompute always tries), at most MAX_RECOMPUTE_FRACTIONS of them."""
+    if len(values) > MAX_RECOMPUTE_FRACTIONS:
+        raise PlannerError(
+            "search.recompute_fractions",
+            f"{len(values):,} shares (each multiplies the knob settings searched)",
+            f"at most {MAX_RECOMPUTE_FRACTIONS}, e.g. 0.25,0.5,0.75",
+        )
     for v in values:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 < v < 1.0:
             raise PlannerError(

@@ -64,6 +64,16 @@ def test_a_share_outside_0_to_1_is_refused_by_name(bad: float) -> None:
     assert err.value.field == "search.recompute_fractions"
 
 
+def test_more_shares_than_the_bound_are_refused_by_name() -> None:
+    from planner.search.jobs import MAX_RECOMPUTE_FRACTIONS
+
+    shares = [(i + 1) / 1000 for i in range(MAX_RECOMPUTE_FRACTIONS + 1)]
+    with pytest.raises(PlannerError) as err:
+        check_recompute_fractions(shares)
+    assert err.value.field == "search.recompute_fractions"
+    assert check_recompute_fractions(shares[:-1]) == tuple(shares[:-1])
+
+
 def test_an_optuna_trial_record_keeps_the_share() -> None:
     layout = planner.Layout(tp=4, pp=4, dp=4, sequence_parallel=True, zero=1)
     tr = Training(seq_len=8192, global_batch=128, recompute="full", recompute_fraction=0.25)
